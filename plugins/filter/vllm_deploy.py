@@ -1,0 +1,144 @@
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""Thin filter wrappers over plugins/module_utils/{rollout,vllm_launch}.py for the vllm_serve role."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: vllm_engine_config
+short_description: The vLLM config file content for one replica
+version_added: "0.1.0"
+description:
+  - The plan's C(engine_args), the user's pinned overrides (a null value removes an argument) and the
+    deployment's keys (C(model), C(served-model-name), C(host), C(port)), sorted, for C(--config FILE).
+  - The same file also exports C(vllm_replicas), C(vllm_health_gate), C(vllm_serial), C(vllm_metric_sum)
+    and C(vllm_multinode); see the README of the C(vllm_serve) role.
+options:
+  _input:
+    description: The plan (Contract 2 in docs/architecture.md).
+    type: dict
+    required: true
+  model_path:
+    description: Model directory inside the container.
+    type: str
+    required: true
+  served_model_name:
+    description: Name the API serves the model under.
+    type: str
+    required: true
+  host:
+    description: Bind address.
+    type: str
+    required: true
+  port:
+    description: Port.
+    type: int
+    required: true
+  overrides:
+    description: Engine arguments the user pins.
+    type: dict
+    default: {}
+author:
+  - vllm-fleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Render the engine config
+  ansible.builtin.copy:
+    content: >-
+      {{ plan | vllm_fleet.fleet.vllm_engine_config(model_path='/models/tiny', served_model_name='tiny',
+         host='127.0.0.1', port=18210) | to_nice_yaml }}
+    dest: /etc/vllm-fleet/vllm/engine.yaml
+    mode: "0644"
+"""
+
+RETURN = r"""
+_value:
+  description: Option name (no leading dashes) to value.
+  type: dict
+"""
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.rollout import (
+    RolloutError,
+    health_gate,
+    metric_sum,
+    serial_batches,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_launch import (
+    LaunchError,
+    engine_config,
+    multinode_commands,
+    replica_layout,
+)
+
+
+def _plain(value: Any) -> Any:
+    """Ansible 2.19 hands filters tagged/lazy containers; the pure core wants plain data."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _call(name: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return func(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
+    except (RolloutError, LaunchError) as exc:
+        raise AnsibleFilterError(f"{name}: {exc}") from exc
+
+
+def vllm_engine_config(plan: Any, **kwargs: Any) -> dict[str, Any]:
+    result: dict[str, Any] = _call("vllm_engine_config", engine_config, plan, **kwargs)
+    return result
+
+
+def vllm_replicas(plan: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = _call("vllm_replicas", replica_layout, plan, **kwargs)
+    return result
+
+
+def vllm_health_gate(plan: Any, **kwargs: Any) -> dict[str, int]:
+    result: dict[str, int] = _call("vllm_health_gate", health_gate, plan, **kwargs)
+    return result
+
+
+def vllm_serial(n_hosts: Any, canary: Any = 1, batch: Any = "50%") -> list[int]:
+    result: list[int] = _call("vllm_serial", serial_batches, n_hosts, canary, batch)
+    return result
+
+
+def vllm_metric_sum(text: Any, name: str, default: float | None = None) -> float | None:
+    result: float | None = _call("vllm_metric_sum", metric_sum, text, name)
+    return default if result is None else result
+
+
+def vllm_multinode(plan: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = _call("vllm_multinode", multinode_commands, plan, **kwargs)
+    return result
+
+
+class FilterModule:
+    """vllm_serve's filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "vllm_engine_config": vllm_engine_config,
+            "vllm_replicas": vllm_replicas,
+            "vllm_health_gate": vllm_health_gate,
+            "vllm_serial": vllm_serial,
+            "vllm_metric_sum": vllm_metric_sum,
+            "vllm_multinode": vllm_multinode,
+        }

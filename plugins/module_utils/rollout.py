@@ -1,0 +1,193 @@
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""Pure rollout arithmetic for the ``vllm_serve`` role (standard library only, no I/O).
+
+Everything the deploy playbook computes — health-gate timeouts sized from the model, retry counts,
+``serial`` batches with a canary first, the sum of a Prometheus gauge read from ``/metrics`` — lives
+here, so the YAML only formats and the rules have unit tests (``tests/unit/deploy``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+__all__ = [
+    "RolloutError",
+    "health_gate",
+    "metric_sum",
+    "retries_for",
+    "serial_batches",
+]
+
+
+class RolloutError(ValueError):
+    """Bad rollout input; the message says what to change."""
+
+
+# Seconds a vLLM server needs before it loads weights: Python imports, engine start, on CPU the torch
+# inductor compile of the model. Measured on the 2-core CPU test bed: ~60 s for the tiny model; on a GPU
+# host CUDA-graph capture and torch.compile add about as much. Overridable per call.
+DEFAULT_BASE_S = {"cpu": 240, "cuda": 300}
+# Conservative weight-load rate (local NVMe / page cache reach several GiB/s; network storage less).
+DEFAULT_LOAD_GIB_PER_S = 0.5
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RolloutError(f"{what} must be a number, got {value!r}")
+    if value < 0 or math.isnan(value) or math.isinf(value):
+        raise RolloutError(f"{what} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def retries_for(timeout_s: float, interval_s: float) -> int:
+    """Number of polls at ``interval_s`` that cover ``timeout_s`` (at least 1).
+
+    :param timeout_s: total time to wait, seconds
+    :param interval_s: delay between two polls, seconds (> 0)
+    """
+    timeout = _number(timeout_s, "timeout_s")
+    interval = _number(interval_s, "interval_s")
+    if interval <= 0:
+        raise RolloutError("interval_s must be > 0")
+    return max(1, math.ceil(timeout / interval))
+
+
+def _weights_gib(plan: dict[str, Any]) -> float:
+    """Total weight bytes (GiB) one replica loads: per-GPU weights × GPUs per replica.
+
+    Contract 2 gives ``memory_gib.weights`` per GPU and ``parallel.gpus_per_replica``; on the CPU lane
+    ``gpus_per_replica`` is 0 or absent and the per-"device" figure is the whole model.
+    """
+    memory = plan.get("memory_gib") or {}
+    weights = memory.get("weights", 0) or 0
+    per_device = _number(weights, "plan.memory_gib.weights")
+    parallel = plan.get("parallel") or {}
+    gpus = parallel.get("gpus_per_replica", 1) or 1
+    return per_device * _number(gpus, "plan.parallel.gpus_per_replica")
+
+
+def health_gate(
+    plan: dict[str, Any],
+    *,
+    interval_s: float = 5,
+    base_s: float | None = None,
+    load_gib_per_s: float = DEFAULT_LOAD_GIB_PER_S,
+    timeout_s: float | None = None,
+) -> dict[str, int]:
+    """Timing of the health gate for one replica, sized from the model's load time.
+
+    ``timeout = base(device) + weights_gib / load_gib_per_s``, unless ``timeout_s`` pins it.
+
+    :param plan: the plan dict (Contract 2); reads ``device``, ``memory_gib.weights``,
+        ``parallel.gpus_per_replica``
+    :param interval_s: seconds between two probes
+    :param base_s: start-up time without weights; default per device (:data:`DEFAULT_BASE_S`)
+    :param load_gib_per_s: assumed weight-load rate
+    :param timeout_s: explicit timeout (wins over the computed one)
+    :returns: ``{"timeout_s", "interval_s", "retries", "weights_gib"}`` (weights rounded up)
+    """
+    if not isinstance(plan, dict):
+        raise RolloutError("plan must be a dict (Contract 2)")
+    device = plan.get("device", "cpu")
+    if device not in DEFAULT_BASE_S:
+        raise RolloutError(f"plan.device must be one of {sorted(DEFAULT_BASE_S)}, got {device!r}")
+    interval = _number(interval_s, "interval_s")
+    if interval <= 0:
+        raise RolloutError("interval_s must be > 0")
+    weights = _weights_gib(plan)
+    if timeout_s is not None:
+        timeout = _number(timeout_s, "timeout_s")
+    else:
+        base = DEFAULT_BASE_S[device] if base_s is None else _number(base_s, "base_s")
+        rate = _number(load_gib_per_s, "load_gib_per_s")
+        if rate <= 0:
+            raise RolloutError("load_gib_per_s must be > 0")
+        timeout = base + weights / rate
+    timeout_int = max(1, math.ceil(timeout))
+    return {
+        "timeout_s": timeout_int,
+        "interval_s": max(1, math.ceil(interval)),
+        "retries": retries_for(timeout_int, interval),
+        "weights_gib": math.ceil(weights),
+    }
+
+
+def serial_batches(n_hosts: int, canary: int = 1, batch: int | str = "50%") -> list[int]:
+    """Batch sizes for the play's ``serial`` keyword: a canary batch first, then equal batches.
+
+    The list is explicit and sums to ``n_hosts`` (Ansible would repeat the last size anyway).
+
+    :param n_hosts: hosts in the rollout
+    :param canary: hosts in the first batch (>= 1)
+    :param batch: later batch size, an int or a percentage of ``n_hosts`` like ``"25%"`` (rounded up)
+    """
+    if isinstance(n_hosts, bool) or not isinstance(n_hosts, int) or n_hosts < 0:
+        raise RolloutError(f"n_hosts must be an int >= 0, got {n_hosts!r}")
+    if isinstance(canary, bool) or not isinstance(canary, int) or canary < 1:
+        raise RolloutError(f"canary must be an int >= 1, got {canary!r}")
+    if isinstance(batch, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", batch)
+        if match:
+            pct = float(match.group(1))
+            if not 0 < pct <= 100:
+                raise RolloutError(f"batch percentage must be in (0, 100], got {batch!r}")
+            size = max(1, math.ceil(n_hosts * pct / 100))
+        elif batch.strip().isdigit():
+            size = int(batch)
+        else:
+            raise RolloutError(f"batch must be an int or a percentage like '25%', got {batch!r}")
+    elif isinstance(batch, int) and not isinstance(batch, bool):
+        size = batch
+    else:
+        raise RolloutError(f"batch must be an int or a percentage like '25%', got {batch!r}")
+    if size < 1:
+        raise RolloutError(f"batch must be >= 1, got {batch!r}")
+    if n_hosts == 0:
+        return [1]
+    first = min(canary, n_hosts)
+    batches = [first]
+    left = n_hosts - first
+    while left > 0:
+        step = min(size, left)
+        batches.append(step)
+        left -= step
+    return batches
+
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+\S+)?\s*$"
+)
+
+
+def metric_sum(text: str, name: str) -> float | None:
+    """Sum of every sample of ``name`` in a Prometheus text exposition (all label sets).
+
+    ``vllm:num_requests_running`` has one sample per ``model_name``/``engine``; the drain waits for
+    the sum to reach 0. Returns ``None`` when the metric is absent (a server that is not vLLM, or not
+    started), so the caller can tell "0" from "unknown".
+
+    :param text: the body of ``GET /metrics``
+    :param name: exact metric name, e.g. ``vllm:num_requests_running``
+    """
+    if not isinstance(text, str):
+        raise RolloutError("metrics text must be a string")
+    total = 0.0
+    found = False
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match or match.group("name") != name:
+            continue
+        try:
+            value = float(match.group("value"))
+        except ValueError as exc:
+            raise RolloutError(f"bad sample value in metrics line: {line!r}") from exc
+        if math.isnan(value):
+            continue
+        total += value
+        found = True
+    return total if found else None

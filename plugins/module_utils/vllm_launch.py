@@ -1,0 +1,246 @@
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""How a plan (Contract 2) becomes running vLLM processes: pure, standard library only, no I/O.
+
+- :func:`engine_config` — the vLLM config file (``--config FILE``) for one replica: the plan's engine
+  arguments, the user's pinned overrides, and what the deployment decides (model path in the
+  container, served name, bind address, port).
+- :func:`replica_layout` — one entry per replica on a host: container name, port, GPU indexes,
+  load-balancer server name.
+- :func:`multinode_commands` — the per-node commands for a model that spans several hosts, with vLLM's
+  own ``mp`` launcher (``--nnodes/--node-rank/--master-addr/--headless``) or a Ray cluster
+  (``ray start`` head and workers, ``--distributed-executor-backend ray``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+__all__ = [
+    "LaunchError",
+    "engine_config",
+    "multinode_commands",
+    "replica_layout",
+]
+
+
+class LaunchError(ValueError):
+    """Bad launch input; the message says what to change."""
+
+
+_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+# Never written to the config file: secrets travel as environment variables (VLLM_API_KEY, HF_TOKEN),
+# and the multi-node flags differ per node, so they go on each node's command line.
+_NOT_IN_FILE = frozenset(
+    {
+        "api-key",
+        "config",
+        "nnodes",
+        "node-rank",
+        "master-addr",
+        "master-port",
+        "headless",
+        "distributed-executor-backend",
+    }
+)
+_SCALARS = (str, int, float, bool)
+
+
+def _norm_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise LaunchError(f"engine argument names must be strings, got {key!r}")
+    name = key.strip().lstrip("-").replace("_", "-")
+    if not _KEY.match(name):
+        raise LaunchError(f"engine argument {key!r} is not a vLLM option name (like 'max-num-seqs')")
+    return name
+
+
+def _check_value(key: str, value: Any) -> None:
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value):
+        return
+    if isinstance(value, dict):
+        return  # JSON-valued options (compilation-config, speculative-config, ...)
+    raise LaunchError(f"engine argument {key!r} has an unsupported value {value!r}")
+
+
+def engine_config(
+    plan: dict[str, Any],
+    *,
+    model_path: str,
+    served_model_name: str,
+    host: str,
+    port: int,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The content of one replica's vLLM config file (keys are long option names without ``--``).
+
+    Order of precedence: the plan's ``engine_args`` < ``overrides`` (the user's pins; a ``None``
+    value removes an argument) < the deployment's own keys (``model``, ``served-model-name``,
+    ``host``, ``port``). Keys are normalised (``max_num_seqs`` → ``max-num-seqs``) and sorted, so the
+    rendered file is stable and diffs cleanly.
+
+    :raises LaunchError: a bad key or value, a missing ``engine_args``, a secret or per-node flag in
+        the arguments (they are never written to the file)
+    """
+    if not isinstance(plan, dict) or not isinstance(plan.get("engine_args"), dict):
+        raise LaunchError("plan must be a dict with an 'engine_args' dict (Contract 2)")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise LaunchError(f"port must be an int in 1..65535, got {port!r}")
+    for what, value in (("model_path", model_path), ("served_model_name", served_model_name), ("host", host)):
+        if not isinstance(value, str) or not value:
+            raise LaunchError(f"{what} must be a non-empty string")
+    merged: dict[str, Any] = {}
+    for key, value in plan["engine_args"].items():
+        name = _norm_key(key)
+        if value is not None:
+            merged[name] = value
+    for key, value in (overrides or {}).items():
+        name = _norm_key(key)
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    for name in sorted(_NOT_IN_FILE & merged.keys()):
+        if name == "api-key":
+            raise LaunchError("api-key must not be an engine argument: set vllm_serve_api_key (Vault) instead")
+        raise LaunchError(
+            f"{name!r} is set per node by the multi-node launcher; remove it from the engine arguments"
+        )
+    merged.update(
+        {"model": model_path, "served-model-name": served_model_name, "host": host, "port": port}
+    )
+    for name, value in merged.items():
+        _check_value(name, value)
+    return {name: merged[name] for name in sorted(merged)}
+
+
+def replica_layout(
+    plan: dict[str, Any],
+    *,
+    name: str,
+    base_port: int,
+    server_prefix: str,
+    address: str,
+    gpu_indexes: list[int] | None = None,
+) -> list[dict[str, Any]]:
+    """One entry per replica on a host.
+
+    ``parallel.replicas`` replicas, each with ``parallel.gpus_per_replica`` GPUs taken in order from
+    ``gpu_indexes`` (default ``0..``), on consecutive ports from ``base_port``. One replica keeps the
+    plain container name; several get ``NAME-0``, ``NAME-1``, ...
+
+    :returns: ``[{"index", "container", "port", "address", "server", "device_ids"}]``; ``device_ids``
+        is empty on the CPU lane (no GPU device request)
+    """
+    if not isinstance(plan, dict):
+        raise LaunchError("plan must be a dict (Contract 2)")
+    parallel = plan.get("parallel") or {}
+    replicas = parallel.get("replicas", 1)
+    per_replica = parallel.get("gpus_per_replica", 0) if plan.get("device") == "cuda" else 0
+    for what, value in (("parallel.replicas", replicas), ("parallel.gpus_per_replica", per_replica)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise LaunchError(f"plan {what} must be an int >= 0, got {value!r}")
+    if replicas < 1:
+        raise LaunchError("plan parallel.replicas must be >= 1")
+    if plan.get("device") == "cuda" and per_replica < 1:
+        raise LaunchError("a cuda plan needs parallel.gpus_per_replica >= 1")
+    if isinstance(base_port, bool) or not isinstance(base_port, int) or not 1 <= base_port <= 65535 - replicas:
+        raise LaunchError(f"base_port must leave room for {replicas} ports, got {base_port!r}")
+    if not name or not server_prefix or not address:
+        raise LaunchError("name, server_prefix and address must be non-empty")
+    indexes = list(range(replicas * per_replica)) if gpu_indexes is None else list(gpu_indexes)
+    if len(indexes) < replicas * per_replica:
+        raise LaunchError(
+            f"{replicas} replicas × {per_replica} GPUs need {replicas * per_replica} GPUs, "
+            f"the host has {len(indexes)}"
+        )
+    layout = []
+    for index in range(replicas):
+        suffix = "" if replicas == 1 else f"-{index}"
+        gpus = indexes[index * per_replica : (index + 1) * per_replica]
+        layout.append(
+            {
+                "index": index,
+                "container": f"{name}{suffix}",
+                "port": base_port + index,
+                "address": address,
+                "server": f"{server_prefix}{suffix}",
+                "device_ids": [str(g) for g in gpus],
+            }
+        )
+    return layout
+
+
+def multinode_commands(
+    plan: dict[str, Any],
+    *,
+    backend: str,
+    nodes: list[str],
+    server_argv: list[str],
+    config_path: str,
+    master_port: int = 29501,
+    ray_port: int = 6379,
+) -> list[dict[str, Any]]:
+    """The command each node of a multi-node replica runs, in start order (head first).
+
+    ``mp`` (vLLM's own launcher): every node runs the server with ``--nnodes N --node-rank R
+    --master-addr HEAD --master-port P``; ranks > 0 add ``--headless`` (no API server). Ray: the head
+    starts ``ray start --head`` and then the API server with ``--distributed-executor-backend ray``
+    (vLLM waits for the placement group, i.e. for the workers to join); workers run
+    ``ray start --address HEAD:PORT --block``.
+
+    :param nodes: node addresses in rank order; ``nodes[0]`` is the head (serves the API)
+    :param server_argv: how the image starts the API server, e.g. ``["vllm", "serve"]``
+    :returns: ``[{"rank", "address", "head", "serves_api", "argv", "shell"}]``; ``argv`` is the full
+        command; ``shell`` the same, quoted for a shell (runbooks, ``--check`` output)
+    """
+    if backend not in ("mp", "ray"):
+        raise LaunchError(f"multi-node backend must be 'mp' or 'ray', got {backend!r}")
+    if not isinstance(nodes, list) or len(nodes) < 2 or not all(isinstance(n, str) and n for n in nodes):
+        raise LaunchError("a multi-node launch needs a list of at least 2 node addresses (head first)")
+    if len(set(nodes)) != len(nodes):
+        raise LaunchError(f"node addresses must be distinct, got {nodes!r}")
+    planned = ((plan or {}).get("parallel") or {}).get("nodes", len(nodes))
+    if planned != len(nodes):
+        raise LaunchError(f"the plan needs {planned} nodes per replica, the host group has {len(nodes)}")
+    if not server_argv or not all(isinstance(a, str) and a for a in server_argv):
+        raise LaunchError("server_argv must be a non-empty list of strings")
+    for what, value in (("master_port", master_port), ("ray_port", ray_port)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+            raise LaunchError(f"{what} must be an int in 1..65535, got {value!r}")
+    head = nodes[0]
+    base = [*server_argv, "--config", config_path]
+    out: list[dict[str, Any]] = []
+    for rank, address in enumerate(nodes):
+        is_head = rank == 0
+        if backend == "mp":
+            argv = [
+                *base,
+                "--nnodes", str(len(nodes)),
+                "--node-rank", str(rank),
+                "--master-addr", head,
+                "--master-port", str(master_port),
+            ]
+            if not is_head:
+                argv.append("--headless")
+        elif is_head:
+            ray = ["ray", "start", "--head", f"--port={ray_port}", f"--node-ip-address={address}"]
+            server = [*base, "--distributed-executor-backend", "ray"]
+            argv = ["bash", "-c", f"{shlex.join(ray)} && exec {shlex.join(server)}"]
+        else:
+            argv = ["ray", "start", "--block", f"--address={head}:{ray_port}", f"--node-ip-address={address}"]
+        out.append(
+            {
+                "rank": rank,
+                "address": address,
+                "head": is_head,
+                "serves_api": is_head,
+                "argv": argv,
+                "shell": shlex.join(argv),
+            }
+        )
+    return out

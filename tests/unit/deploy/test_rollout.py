@@ -1,0 +1,132 @@
+"""Unit tests for plugins/module_utils/rollout.py (health-gate sizing, serial batches, metric parsing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.rollout import (
+    RolloutError,
+    health_gate,
+    metric_sum,
+    retries_for,
+    serial_batches,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "deploy"
+PLAN_CPU = json.loads((FIXTURES / "plan_cpu.json").read_text())
+PLAN_GPU = json.loads((FIXTURES / "plan_h200x8_tp4.json").read_text())
+METRICS = (FIXTURES / "metrics_running.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("timeout", "interval", "expected"),
+    [(60, 5, 12), (61, 5, 13), (0, 5, 1), (1, 10, 1), (300, 2.5, 120)],
+)
+def test_retries_for(timeout: float, interval: float, expected: int) -> None:
+    assert retries_for(timeout, interval) == expected
+
+
+@pytest.mark.parametrize(("timeout", "interval"), [(10, 0), (-1, 5), ("10", 5), (True, 5)])
+def test_retries_for_rejects(timeout: object, interval: object) -> None:
+    with pytest.raises(RolloutError):
+        retries_for(timeout, interval)  # type: ignore[arg-type]
+
+
+def test_health_gate_cpu_is_base_time() -> None:
+    gate = health_gate(PLAN_CPU, interval_s=5)
+    # 240 s base + 0.01 GiB / 0.5 GiB/s = 240.02 → 241
+    assert gate == {"timeout_s": 241, "interval_s": 5, "retries": 49, "weights_gib": 1}
+
+
+def test_health_gate_grows_with_weights() -> None:
+    gate = health_gate(PLAN_GPU, interval_s=10)
+    # 32.9 GiB per GPU × 4 GPUs = 131.6 GiB at 0.5 GiB/s = 263.2 s, + 300 s base
+    assert gate["timeout_s"] == 564
+    assert gate["retries"] == 57
+    assert gate["weights_gib"] == 132
+    faster = health_gate(PLAN_GPU, interval_s=10, load_gib_per_s=2.0)
+    assert faster["timeout_s"] == 366
+    bigger = dict(PLAN_GPU, memory_gib=dict(PLAN_GPU["memory_gib"], weights=65.8))
+    assert health_gate(bigger)["timeout_s"] > gate["timeout_s"]
+
+
+def test_health_gate_explicit_timeout_wins() -> None:
+    assert health_gate(PLAN_GPU, interval_s=5, timeout_s=30) == {
+        "timeout_s": 30, "interval_s": 5, "retries": 6, "weights_gib": 132,
+    }
+
+
+@pytest.mark.parametrize(
+    ("plan", "kwargs", "message"),
+    [
+        ({"device": "tpu"}, {}, "plan.device"),
+        (PLAN_CPU, {"interval_s": 0}, "interval_s"),
+        (PLAN_CPU, {"load_gib_per_s": 0}, "load_gib_per_s"),
+        ({"device": "cpu", "memory_gib": {"weights": "x"}}, {}, "plan.memory_gib.weights"),
+        ([], {}, "plan must be a dict"),
+    ],
+)
+def test_health_gate_rejects(plan: object, kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(RolloutError, match=message):
+        health_gate(plan, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n", "canary", "batch", "expected"),
+    [
+        (2, 1, "50%", [1, 1]),
+        (10, 1, "25%", [1, 3, 3, 3]),
+        (10, 2, 4, [2, 4, 4]),
+        (1, 1, "50%", [1]),
+        (3, 5, "50%", [3]),
+        (7, 1, "100%", [1, 6]),
+        (100, 1, "10%", [1] + [10] * 9 + [9]),
+        (0, 1, "50%", [1]),
+        (5, 1, "2", [1, 2, 2]),
+    ],
+)
+def test_serial_batches(n: int, canary: int, batch: int | str, expected: list[int]) -> None:
+    batches = serial_batches(n, canary, batch)
+    assert batches == expected
+    assert sum(batches) == max(n, 1)
+
+
+@pytest.mark.parametrize(
+    ("n", "canary", "batch"),
+    [(-1, 1, "50%"), (2, 0, "50%"), (2, 1, "0%"), (2, 1, "150%"), (2, 1, "half"), (2, 1, 0), (2, 1, 1.5)],
+)
+def test_serial_batches_rejects(n: int, canary: int, batch: object) -> None:
+    with pytest.raises(RolloutError):
+        serial_batches(n, canary, batch)  # type: ignore[arg-type]
+
+
+def test_metric_sum_reads_real_vllm_metrics() -> None:
+    # tests/fixtures/deploy/metrics_running.txt: a /metrics body of a vLLM 0.32 server with requests
+    assert metric_sum(METRICS, "vllm:num_requests_running") == 3.0
+    assert metric_sum(METRICS, "vllm:num_requests_waiting") == 1.0
+    assert metric_sum(METRICS, "vllm:no_such_metric") is None
+
+
+def test_metric_sum_sums_label_sets_and_ignores_prefix_matches() -> None:
+    text = "\n".join(
+        [
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+            "# TYPE vllm:num_requests_running gauge",
+            'vllm:num_requests_running{engine="0",model_name="a"} 2.0',
+            'vllm:num_requests_running{engine="1",model_name="a"} 1.0 1700000000000',
+            'vllm:num_requests_running_total{engine="0"} 99.0',
+            "vllm:num_requests_runningx 50",
+            "",
+        ]
+    )
+    assert metric_sum(text, "vllm:num_requests_running") == 3.0
+    assert metric_sum("vllm:num_requests_running 0.0\n", "vllm:num_requests_running") == 0.0
+
+
+def test_metric_sum_rejects_garbage() -> None:
+    with pytest.raises(RolloutError):
+        metric_sum("vllm:num_requests_running abc\n", "vllm:num_requests_running")
+    with pytest.raises(RolloutError):
+        metric_sum(None, "x")  # type: ignore[arg-type]
