@@ -1,0 +1,182 @@
+"""Build plan for the vllm_image role: from a chosen profile to tag, render context and build args.
+
+Pure (standard library only, no I/O): the role gathers the facts that need I/O (base image id, template and
+constraints checksums) and passes them in; everything computed lives here and is unit-tested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .image_tag import image_tag, inputs_digest
+
+INSTALL_MODES = ("wheelhouse", "index")
+
+#: Runtime packages per variant (Debian/Ubuntu names).  cpu: libnuma1 (vllm._C), g++ + openssl (torch
+#: inductor compiles on CPU), learned in environment.md.  cuda: gcc + libc6-dev + python3-dev (Triton
+#: builds its launcher stubs at run time).
+RUNTIME_PACKAGES = {
+    "cpu": ("python3", "tini", "ca-certificates", "libnuma1", "g++", "openssl"),
+    "cuda": ("python3", "tini", "ca-certificates", "gcc", "libc6-dev", "python3-dev"),
+}
+BUILD_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+
+#: Packages the cpu wheel pulls in that do not import beside CPU torch (environment.md): removed.
+CPU_REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
+
+#: vLLM variables the image sets; none of the removed ones (VLLM_USE_V1, VLLM_ATTENTION_BACKEND).
+DEFAULT_ENV = {
+    "cpu": {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
+    "cuda": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
+}
+REMOVED_ENV = frozenset({"VLLM_USE_V1", "VLLM_ATTENTION_BACKEND"})
+
+
+class ImageBuildError(ValueError):
+    """Bad build options; the message says what to change."""
+
+
+def resolve_base_image(profile: Mapping[str, Any], registry_mirror: str = "", cpu_base_image: str = "") -> str:
+    """The base image to build FROM: the cpu override, or the profile's image behind the registry mirror."""
+    if profile["variant"] == "cpu":
+        return cpu_base_image or str(profile["base_image"])
+    mirror = registry_mirror.strip()
+    if mirror and not mirror.endswith("/"):
+        mirror += "/"
+    return f"{mirror}{profile['base_image']}"
+
+
+def build_plan(
+    profile: Mapping[str, Any],
+    *,
+    repository: str,
+    base_image: str,
+    base_image_id: str,
+    template_sha256: str,
+    constraints_sha256: str = "",
+    install_mode: str = "wheelhouse",
+    index_url: str = "",
+    extra_index_urls: Sequence[str] = (),
+    uid: int = 1000,
+    env: Mapping[str, str] | None = None,
+    ca_bundle: bool = False,
+    http_proxy: str = "",
+    https_proxy: str = "",
+    no_proxy: str = "",
+    health_port: int = 8000,
+    torch_cuda_arch_list: str = "",
+) -> dict[str, Any]:
+    """Everything the role needs to render, tag and build one image.
+
+    :returns: ``{"tag", "ref", "repository", "inputs_digest", "tag_inputs", "render", "build_args",
+              "pip_download", "wheelhouse_name", "wheelhouse_digest"}``.
+    :raises ImageBuildError: unknown install mode, removed environment variables, bad uid/port.
+    """
+    if install_mode not in INSTALL_MODES:
+        raise ImageBuildError(f"install mode {install_mode!r} is not one of: {', '.join(INSTALL_MODES)}")
+    if not 1 <= int(uid) < 65535 or int(uid) == 0:
+        raise ImageBuildError(f"uid {uid} must be a non-root user id (1-65534)")
+    if not 1 <= int(health_port) <= 65535:
+        raise ImageBuildError(f"health port {health_port} is not a TCP port")
+    variant = str(profile["variant"])
+    merged_env = dict(DEFAULT_ENV[variant])
+    merged_env.update({str(k): str(v) for k, v in (env or {}).items()})
+    removed = sorted(REMOVED_ENV & merged_env.keys())
+    if removed:
+        raise ImageBuildError(
+            f"{', '.join(removed)} no longer exist in vLLM {profile['vllm_version']}: remove them "
+            "(the V1 engine is the only one; choose the attention backend with --attention-backend)"
+        )
+    if torch_cuda_arch_list and variant == "cuda":
+        merged_env["TORCH_CUDA_ARCH_LIST"] = torch_cuda_arch_list
+    indexes = list(profile.get("extra_index_urls") or []) + [u for u in extra_index_urls if u]
+    requirements = list(profile["requirements"])
+    tag_inputs: dict[str, Any] = {
+        "variant": variant,
+        "profile": profile["key"],
+        "vllm_version": profile["vllm_version"],
+        "vllm_package": profile["vllm_package"],
+        "torch_version": profile["torch_version"],
+        "cuda_version": profile.get("cuda_version"),
+        "python_version": profile["python_version"],
+        "requirements": requirements,
+        "base_image": base_image,
+        "base_image_id": base_image_id,
+        "template_sha256": template_sha256,
+        "constraints_sha256": constraints_sha256,
+        "install_mode": install_mode,
+        "index_url": index_url,
+        "extra_index_urls": indexes,
+        "uid": int(uid),
+        "env": merged_env,
+        "health_port": int(health_port),
+        "build_args": {},
+    }
+    build_args = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
+                                    ("NO_PROXY", no_proxy)) if v}
+    tag = image_tag(tag_inputs)
+    digest = inputs_digest(tag_inputs)
+    labels = {
+        "org.opencontainers.image.title": "vllm-fleet vLLM image",
+        "org.opencontainers.image.version": str(profile["vllm_version"]),
+        "org.opencontainers.image.base.name": base_image,
+        "org.vllm-fleet.image.tag": tag,
+        "org.vllm-fleet.inputs.digest": digest,
+        "org.vllm-fleet.variant": variant,
+        "org.vllm-fleet.profile": str(profile["key"]),
+        "org.vllm-fleet.vllm.package": str(profile["vllm_package"]),
+        "org.vllm-fleet.vllm.version": str(profile["vllm_version"]),
+        "org.vllm-fleet.torch.version": str(profile["torch_version"]),
+        "org.vllm-fleet.cuda.version": str(profile.get("cuda_version") or "none"),
+        "org.vllm-fleet.driver.min": str(profile.get("min_driver") or "none"),
+        "org.vllm-fleet.compute-capabilities": ",".join(profile.get("compute_capabilities") or []) or "none",
+        "org.vllm-fleet.base.id": base_image_id,
+        "org.vllm-fleet.template.sha256": template_sha256,
+        "org.vllm-fleet.constraints.sha256": constraints_sha256 or "none",
+        "org.vllm-fleet.install-mode": install_mode,
+    }
+    pip_download = ["--only-binary=:all:", "--python-version", str(profile["python_version"]),
+                    "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
+                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                    "--platform", "linux_x86_64"]
+    if index_url:
+        pip_download += ["--index-url", index_url]
+    for url in indexes:
+        pip_download += ["--extra-index-url", url]
+    render = {
+        "variant": variant,
+        "profile": dict(profile),
+        "base_image": base_image,
+        "install_mode": install_mode,
+        "requirements": requirements,
+        "index_url": index_url,
+        "extra_index_urls": indexes,
+        "constraints": bool(constraints_sha256),
+        "ca_bundle": bool(ca_bundle),
+        "uid": int(uid),
+        "env": dict(sorted(merged_env.items())),
+        "labels": labels,
+        "build_packages": list(BUILD_PACKAGES),
+        "runtime_packages": list(RUNTIME_PACKAGES[variant]),
+        "remove_packages": list(CPU_REMOVE_PACKAGES) if variant == "cpu" else [],
+        "metadata_alias": profile["vllm_package"] != "vllm",
+        "health_port": int(health_port),
+    }
+    wheelhouse_digest = hashlib.sha256(
+        json.dumps([pip_download, requirements, constraints_sha256]).encode("utf-8")
+    ).hexdigest()[:16]
+    return {
+        "tag": tag,
+        "ref": f"{repository}:{tag}",
+        "repository": repository,
+        "inputs_digest": digest,
+        "tag_inputs": tag_inputs,
+        "render": render,
+        "build_args": build_args,
+        "pip_download": pip_download,
+        "wheelhouse_name": f"{profile['vllm_version']}-{profile['key']}",
+        "wheelhouse_digest": wheelhouse_digest,
+    }

