@@ -1,0 +1,542 @@
+"""Fleet preflight checks: pure validation logic (stdlib only, typed, no I/O).
+
+Two layers, in the order ``playbooks/preflight.yml`` runs them (kubespray's split):
+
+* :func:`check_host_inputs` — one host's inventory variables and group membership; needs no facts.
+* :func:`check_fleet` — the whole fleet after discovery and planning: multi-host TP/PP groups complete
+  and homogeneous, ports unique per host, image CUDA vs host driver.
+
+Every function returns a list of one-line messages (empty = all good). Each message names the host and
+says what to change. Nothing here raises on bad input; callers decide how to fail.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+# ----------------------------------------------------------------------------------------------------
+# Data: the variables preflight understands, removed/renamed names, removed vLLM flags and env vars.
+# ----------------------------------------------------------------------------------------------------
+
+#: SKU groups: ``gpu_<sku>`` for GPU hosts, ``cpu_<lane>`` for the CPU lane. A host is in exactly one.
+SKU_GROUP_RE = re.compile(r"^(gpu|cpu)_[a-z0-9_]+$")
+
+#: Top-level variables that existed in older layouts or old blog recipes, and what to use instead.
+REMOVED_VARIABLES: dict[str, str] = {
+    "vllm_max_paddings": "removed in vLLM V1 (the scheduler works by token budget): drop it, or pin "
+    "vllm_fleet_engine_args.max_num_batched_tokens",
+    "vllm_swap_space": "removed in vLLM V1 (preemption recomputes): drop it; for CPU KV offload pin "
+    "vllm_fleet_engine_args.kv_offloading_size",
+    "vllm_worker_use_ray": "removed: pin vllm_fleet_engine_args.distributed_executor_backend: ray",
+    "vllm_disable_log_requests": "removed: request logging is off by default in vLLM 0.32",
+    "vllm_use_v1": "removed: V1 is the only engine",
+    "vllm_model": "renamed to vllm_fleet_model",
+    "vllm_profile": "renamed to vllm_fleet_profile",
+    "vllm_version": "renamed to vllm_fleet_vllm_version",
+    "vllm_gpu_memory_utilization": "renamed to vllm_fleet_engine_args.gpu_memory_utilization",
+    "vllm_tensor_parallel_size": "renamed to vllm_fleet_engine_args.tensor_parallel_size",
+    "vllm_max_model_len": "renamed to vllm_fleet_engine_args.max_model_len",
+    "vllm_extra_args": "renamed to vllm_fleet_extra_args",
+    "vllm_api_key": "renamed to vllm_fleet_api_key",
+    "vllm_port": "renamed to vllm_serve_port (the vllm_serve role's port)",
+    "gpu_count": "discovered facts are never typed into the inventory: remove it (gpu_facts finds it)",
+    "gpu_name": "discovered facts are never typed into the inventory: remove it (gpu_facts finds it)",
+    "gpu_memory_mib": "discovered facts are never typed into the inventory: remove it (gpu_facts finds it)",
+}
+
+#: Engine arguments (snake_case) that vLLM 0.32 no longer accepts, with the replacement.
+REMOVED_ENGINE_ARGS: dict[str, str] = {
+    "max_paddings": "removed in vLLM V1: use max_num_batched_tokens",
+    "worker_use_ray": "removed: use distributed_executor_backend: ray",
+    "swap_space": "removed in vLLM V1: use kv_offloading_size (CPU KV offload) or drop it",
+    "enable_custom_kernels": "was never a vLLM flag: drop it",
+    "disable_log_requests": "removed: request logging is off by default (enable_log_requests opts in)",
+    "use_v2_block_manager": "removed: drop it",
+    "num_scheduler_steps": "removed: drop it",
+    "scheduler_delay_factor": "removed: drop it",
+    "preemption_mode": "removed: drop it",
+    "device": "removed: the device comes from the discovered facts",
+    "task": "removed: use runner: pooling with convert: embed|classify|reward",
+    "guided_decoding_backend": "removed: use structured_outputs_config.backend",
+    "calculate_kv_scales": "removed in vLLM 0.28: drop it",
+}
+
+#: The same, as CLI flags (for vllm_fleet_extra_args).
+REMOVED_FLAGS: dict[str, str] = {"--" + k.replace("_", "-"): v for k, v in REMOVED_ENGINE_ARGS.items()}
+REMOVED_FLAGS["--max-parallel-loading-workers"] = "accepted but ignored by vLLM 0.32: drop it"
+
+#: Environment variables vLLM 0.32 no longer knows.
+REMOVED_ENV: dict[str, str] = {
+    "VLLM_USE_V1": "removed: V1 is the only engine",
+    "VLLM_ATTENTION_BACKEND": "removed: pin vllm_fleet_engine_args.attention_backend instead",
+}
+
+#: Variables that hold a port a vLLM host listens on (the playbook reads the ones that are defined).
+DEFAULT_PORT_VARIABLES: tuple[str, ...] = (
+    "vllm_serve_port", "vllm_serve_ports", "vllm_serve_master_port", "vllm_lb_port",
+    "monitoring_node_exporter_port", "monitoring_dcgm_exporter_port", "monitoring_prometheus_port",
+)
+
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+
+# (kind, minimum, maximum) for typed engine arguments; maximum None = unbounded.
+_INT_ARGS: dict[str, tuple[int, int | None]] = {
+    "tensor_parallel_size": (1, 1024),
+    "pipeline_parallel_size": (1, 1024),
+    "data_parallel_size": (1, 1024),
+    "max_num_seqs": (1, 1_000_000),
+    "max_num_batched_tokens": (1, 100_000_000),
+    "block_size": (1, 4096),
+    "max_model_len": (16, 100_000_000),
+    "seed": (0, None),
+    "max_loras": (1, None),
+}
+_FLOAT_ARGS: dict[str, tuple[float, float]] = {
+    # (exclusive lower bound, inclusive upper bound)
+    "gpu_memory_utilization": (0.0, 1.0),
+    "kv_offloading_size": (0.0, 1.0e6),
+    "cpu_offload_gb": (-1.0e-9, 1.0e6),
+}
+_BOOL_ARGS = ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code",
+              "enable_expert_parallel", "disable_custom_all_reduce", "async_scheduling")
+_CHOICE_ARGS: dict[str, tuple[str, ...]] = {
+    "dtype": DTYPES,
+    "kv_cache_dtype": KV_CACHE_DTYPES,
+    "distributed_executor_backend": ("mp", "ray", "uni", "external_launcher"),
+    "performance_mode": ("balanced", "interactivity", "throughput"),
+}
+
+#: Every variable preflight reads. Anything else named ``vllm_fleet_*`` is a typo.
+KNOWN_VARIABLES: dict[str, str] = {
+    "vllm_fleet_model": "str",
+    "vllm_fleet_profile": "str",
+    "vllm_fleet_vllm_version": "str",
+    "vllm_fleet_engine_args": "dict",
+    "vllm_fleet_extra_args": "list",
+    "vllm_fleet_env": "dict",
+    "vllm_fleet_port_variables": "list",
+    "vllm_fleet_api_key": "secret",
+    "vllm_fleet_api_key_required": "bool",
+    "vllm_fleet_multinode_group": "str",
+    "vllm_fleet_recorded_facts_dir": "str",
+    "vllm_fleet_image_cuda_version": "cuda",
+    "vllm_fleet_sku_match": "str",
+    "vllm_fleet_artifacts_dir": "str",
+    "vllm_fleet_report": "bool",
+    "vllm_fleet_gpu_facts_options": "dict",
+    # Facts preflight itself sets (allowed to exist on a re-run inside one ansible-playbook process).
+    "vllm_fleet_plan": "any",
+    "vllm_fleet_facts": "any",
+}
+
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.+-]+)?$")
+_CUDA_RE = re.compile(r"^\d+\.\d+$")
+_PLACEHOLDER_SECRETS = {"", "changeme", "change_me", "change-me", "secret", "xxx", "todo", "none", "null"}
+
+#: Minimum NVIDIA driver (major branch) for each CUDA user-space major.minor (NVIDIA's CUDA compatibility
+#: table; minor-version compatibility inside a major is not assumed: the driver must report the CUDA).
+CUDA_MIN_DRIVER: dict[str, int] = {
+    "11.8": 520, "12.0": 525, "12.1": 530, "12.2": 535, "12.3": 545, "12.4": 550, "12.5": 555,
+    "12.6": 560, "12.8": 570, "12.9": 575, "13.0": 580, "13.1": 590, "13.2": 595,
+}
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "dict"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _string_hint(value: Any) -> str:
+    if isinstance(value, str):
+        return " (a quoted string; on the command line pass JSON: -e '{\"key\": 0.9}')"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Layer 1: one host's inputs.
+# ----------------------------------------------------------------------------------------------------
+
+def sku_groups(group_names: Iterable[str]) -> list[str]:
+    """The SKU groups (``gpu_*``/``cpu_*``) among a host's groups, sorted."""
+    return sorted(g for g in group_names if SKU_GROUP_RE.match(g))
+
+
+def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args") -> list[str]:
+    """Types, ranges and removed names of pinned engine arguments (snake_case keys)."""
+    errors: list[str] = []
+    if not isinstance(args, Mapping):
+        return [f"{host}: {var} must be a dict of engine arguments, got {_type_name(args)}"]
+    for key in sorted(args):
+        value = args[key]
+        where = f"{host}: {var}.{key}"
+        if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_]*$", key):
+            errors.append(f"{host}: {var} key {key!r} must be snake_case (e.g. gpu_memory_utilization)")
+            continue
+        if key in REMOVED_ENGINE_ARGS:
+            errors.append(f"{where} is not a vLLM 0.32 engine argument: {REMOVED_ENGINE_ARGS[key]}")
+        elif key in _INT_ARGS:
+            low, high = _INT_ARGS[key]
+            if key == "max_model_len" and value in ("auto", -1):
+                continue
+            if not _is_int(value):
+                errors.append(f"{where} must be an integer, got {_type_name(value)} {value!r}{_string_hint(value)}")
+            elif value < low or (high is not None and value > high):
+                bound = f"{low}..{high}" if high is not None else f">= {low}"
+                errors.append(f"{where} = {value} is out of range ({bound})")
+        elif key in _FLOAT_ARGS:
+            low_f, high_f = _FLOAT_ARGS[key]
+            if not _is_number(value):
+                errors.append(f"{where} must be a number, got {_type_name(value)} {value!r}{_string_hint(value)}")
+            elif not (low_f < float(value) <= high_f) or math.isnan(float(value)):
+                errors.append(f"{where} = {value} is out of range: it must be > {low_f:g} and <= {high_f:g}")
+        elif key in _BOOL_ARGS:
+            if not isinstance(value, bool):
+                errors.append(f"{where} must be true or false, got {_type_name(value)} {value!r}")
+        elif key in _CHOICE_ARGS and value not in _CHOICE_ARGS[key]:
+            errors.append(f"{where} = {value!r} is not one of {', '.join(_CHOICE_ARGS[key])}")
+    return errors
+
+
+def _flag_name(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = None) -> list[str]:
+    """User extra CLI args: a list of strings without removed flags or flags preflight plans itself."""
+    if not isinstance(extra, (list, tuple)):
+        return [f"{host}: vllm_fleet_extra_args must be a list of strings, got {_type_name(extra)}"]
+    errors: list[str] = []
+    for i, arg in enumerate(extra):
+        if not isinstance(arg, str):
+            errors.append(f"{host}: vllm_fleet_extra_args[{i}] must be a string, got {_type_name(arg)} {arg!r}")
+            continue
+        flag = _flag_name(arg)
+        if flag in REMOVED_FLAGS:
+            errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM 0.32 rejects "
+                          f"(exit 2, unrecognized arguments): {REMOVED_FLAGS[flag]}")
+        elif flag.startswith("--"):
+            snake = flag[2:].replace("-", "_")
+            if snake in _INT_ARGS or snake in _FLOAT_ARGS or snake in _CHOICE_ARGS or snake == "model":
+                errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
+                              f"pin it as vllm_fleet_engine_args.{snake} instead (it is then validated)")
+    return errors
+
+
+def check_env(host: str, env: Any) -> list[str]:
+    if not isinstance(env, Mapping):
+        return [f"{host}: vllm_fleet_env must be a dict of environment variables, got {_type_name(env)}"]
+    errors: list[str] = []
+    for key in sorted(env):
+        if key in REMOVED_ENV:
+            errors.append(f"{host}: vllm_fleet_env.{key} is unknown to vLLM 0.32: {REMOVED_ENV[key]}")
+        elif not isinstance(env[key], (str, int, float)) or isinstance(env[key], bool):
+            errors.append(f"{host}: vllm_fleet_env.{key} must be a string, got {_type_name(env[key])}")
+    return errors
+
+
+def _check_port(host: str, name: str, value: Any) -> list[str]:
+    if not _is_int(value):
+        return [f"{host}: {name} must be an integer port, got {_type_name(value)} {value!r}{_string_hint(value)}"]
+    if not 1 <= value <= 65535:
+        return [f"{host}: {name} = {value} is not a TCP port (1..65535)"]
+    return []
+
+
+def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequence[str]) -> list[str]:
+    """Validate one host's inventory: SKU group, variable names, types, ranges, secrets.
+
+    ``variables`` holds every host variable whose name starts with ``vllm_`` or is a removed name
+    (the playbook collects them with the ``varnames`` lookup), already templated.
+    """
+    errors: list[str] = []
+    skus = sku_groups(group_names)
+    if not skus:
+        errors.append(f"{host}: is in no SKU group: add it to exactly one gpu_<sku> group (or cpu_<lane> for "
+                      f"the CPU lane); its groups are {', '.join(sorted(group_names)) or 'none'}")
+    elif len(skus) > 1:
+        errors.append(f"{host}: is in {len(skus)} SKU groups ({', '.join(skus)}): a host has exactly one GPU "
+                      "SKU; remove it from all but one")
+
+    for name in sorted(variables):
+        if name in REMOVED_VARIABLES:
+            errors.append(f"{host}: variable {name} is no longer used: {REMOVED_VARIABLES[name]}")
+        elif name.startswith("vllm_fleet_") and name not in KNOWN_VARIABLES:
+            close = difflib.get_close_matches(name, list(KNOWN_VARIABLES), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            errors.append(f"{host}: unknown variable {name}{hint}")
+
+    model = variables.get("vllm_fleet_model")
+    if model is None:
+        errors.append(f"{host}: vllm_fleet_model is not set: set it to a model directory or config.json "
+                      "on the controller")
+    elif not isinstance(model, (str, Mapping)) or (isinstance(model, str) and not model.strip()):
+        errors.append(f"{host}: vllm_fleet_model must be a path (model directory or config.json), "
+                      f"got {_type_name(model)} {model!r}")
+
+    for name in ("vllm_fleet_profile", "vllm_fleet_multinode_group", "vllm_fleet_recorded_facts_dir",
+                 "vllm_fleet_sku_match", "vllm_fleet_artifacts_dir"):
+        if name in variables and variables[name] is not None and not isinstance(variables[name], str):
+            errors.append(f"{host}: {name} must be a string, got {_type_name(variables[name])}")
+    for name in ("vllm_fleet_api_key_required", "vllm_fleet_report"):
+        if name in variables and not isinstance(variables[name], bool):
+            errors.append(f"{host}: {name} must be true or false, got {_type_name(variables[name])} "
+                          f"{variables[name]!r} (use JSON on the command line: -e '{{\"{name}\": true}}')")
+
+    version = variables.get("vllm_fleet_vllm_version")
+    if version is not None and (not isinstance(version, str) or not _VERSION_RE.match(version)):
+        errors.append(f"{host}: vllm_fleet_vllm_version must be a quoted version like \"0.32.0\", got {version!r}")
+    cuda = variables.get("vllm_fleet_image_cuda_version")
+    if cuda is not None and (not isinstance(cuda, str) or not _CUDA_RE.match(cuda)):
+        errors.append(f"{host}: vllm_fleet_image_cuda_version must be a quoted CUDA version like \"13.0\", "
+                      f"got {cuda!r}")
+
+    if "vllm_fleet_engine_args" in variables:
+        errors += check_engine_args(host, variables["vllm_fleet_engine_args"])
+    if "vllm_fleet_extra_args" in variables:
+        pinned = variables.get("vllm_fleet_engine_args")
+        errors += check_extra_args(host, variables["vllm_fleet_extra_args"],
+                                   pinned if isinstance(pinned, Mapping) else None)
+    if "vllm_fleet_env" in variables:
+        errors += check_env(host, variables["vllm_fleet_env"])
+
+    port_vars = variables.get("vllm_fleet_port_variables", DEFAULT_PORT_VARIABLES)
+    if not isinstance(port_vars, (list, tuple)) or not all(isinstance(p, str) for p in port_vars):
+        errors.append(f"{host}: vllm_fleet_port_variables must be a list of variable names")
+
+    required = variables.get("vllm_fleet_api_key_required", True)
+    if required is True:
+        key = variables.get("vllm_fleet_api_key")
+        if key is None:
+            errors.append(f"{host}: the API-key secret vllm_fleet_api_key is missing: put it in an "
+                          "ansible-vault file or export VLLM_FLEET_API_KEY (or set vllm_fleet_api_key_required: "
+                          "false for a closed lab)")
+        elif not isinstance(key, str) or key.strip().lower() in _PLACEHOLDER_SECRETS:
+            errors.append(f"{host}: the API-key secret vllm_fleet_api_key is empty or a placeholder: "
+                          "set a real key (ansible-vault or VLLM_FLEET_API_KEY)")
+    return errors
+
+
+# ----------------------------------------------------------------------------------------------------
+# Recorded facts (CONTRACT 1) sanity, used when facts come from a file instead of the module.
+# ----------------------------------------------------------------------------------------------------
+
+def check_facts_shape(host: str, facts: Any) -> list[str]:
+    """A recorded or discovered facts dict has the CONTRACT 1 keys with the right types."""
+    if not isinstance(facts, Mapping):
+        return [f"{host}: GPU facts must be a JSON object (CONTRACT 1), got {_type_name(facts)}"]
+    errors: list[str] = []
+    if not isinstance(facts.get("gpus"), list):
+        errors.append(f"{host}: GPU facts have no 'gpus' list (CONTRACT 1)")
+    if not _is_int(facts.get("gpu_count")):
+        errors.append(f"{host}: GPU facts 'gpu_count' must be an integer, got {facts.get('gpu_count')!r}")
+    elif isinstance(facts.get("gpus"), list) and facts["gpu_count"] != len(facts["gpus"]):
+        errors.append(f"{host}: GPU facts say gpu_count {facts['gpu_count']} but list {len(facts['gpus'])} GPUs")
+    if not isinstance(facts.get("host"), Mapping):
+        errors.append(f"{host}: GPU facts have no 'host' block (CONTRACT 1)")
+    for i, gpu in enumerate(facts.get("gpus") or []):
+        if not isinstance(gpu, Mapping) or not _is_int(gpu.get("memory_total_mib")) or not gpu.get("name"):
+            errors.append(f"{host}: GPU facts gpus[{i}] lacks name/memory_total_mib (CONTRACT 1)")
+    return errors
+
+
+def check_sku_match(host: str, facts: Mapping[str, Any], sku_group: str | None, match: str | None) -> list[str]:
+    """The discovered GPU agrees with the SKU group the host is filed under."""
+    if not match or not sku_group:
+        return []
+    name = str(facts.get("gpu_name") or "")
+    if sku_group.startswith("cpu_"):
+        if facts.get("gpu_count"):
+            return [f"{host}: is in CPU group {sku_group} but has {facts['gpu_count']} GPU(s) ({name}): "
+                    "move it to its gpu_<sku> group"]
+        return []
+    if match.lower() not in name.lower():
+        found = name or "no NVIDIA GPU"
+        return [f"{host}: is in {sku_group} (expects a GPU matching {match!r}) but discovery found {found}: "
+                "move it to the right SKU group"]
+    return []
+
+
+# ----------------------------------------------------------------------------------------------------
+# Layer 2: the fleet after discovery and planning.
+# ----------------------------------------------------------------------------------------------------
+
+def _driver_major(version: Any) -> int | None:
+    m = re.match(r"^\s*(\d+)", str(version or ""))
+    return int(m.group(1)) if m else None
+
+
+def _cuda_tuple(version: Any) -> tuple[int, int] | None:
+    m = re.match(r"^\s*(\d+)\.(\d+)", str(version or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_driver_cuda(host: str, facts: Mapping[str, Any], image_cuda: str | None) -> list[str]:
+    """The image's CUDA user space must be supported by the host driver (nvidia-smi's "CUDA Version")."""
+    if not image_cuda or not facts.get("gpu_count"):
+        return []
+    need = _cuda_tuple(image_cuda)
+    have = _cuda_tuple(facts.get("cuda_version"))
+    driver = facts.get("driver_version")
+    min_driver = CUDA_MIN_DRIVER.get(image_cuda)
+    if need is None:
+        return [f"{host}: image CUDA version {image_cuda!r} is not a CUDA version like 13.0"]
+    if have is None:
+        major = _driver_major(driver)
+        if major is None or min_driver is None or major >= min_driver:
+            return []
+        have_txt = f"driver {driver}"
+    elif have >= need:
+        return []
+    else:
+        have_txt = f"driver {driver} (supports CUDA up to {facts.get('cuda_version')})"
+    older = [c for c, d in sorted(CUDA_MIN_DRIVER.items(), key=lambda kv: kv[1])
+             if (_driver_major(driver) or 0) >= d and _cuda_tuple(c) is not None]
+    alt = f", or use an image built for CUDA {older[-1]}" if older else ""
+    need_txt = f" (driver >= {min_driver})" if min_driver else ""
+    return [f"{host}: the vLLM image needs CUDA {image_cuda}{need_txt} but the host has {have_txt}: "
+            f"upgrade the NVIDIA driver{alt}"]
+
+
+def check_ports(host: str, ports: Mapping[str, Any]) -> list[str]:
+    """Every port a host will listen on is a valid, distinct TCP port.
+
+    ``ports`` maps a variable name to a port or a list of ports (one per replica, e.g. vllm_serve_ports).
+    """
+    errors: list[str] = []
+    seen: dict[int, str] = {}
+    flat: dict[str, Any] = {}
+    for name, value in ports.items():
+        if isinstance(value, (list, tuple)):
+            flat.update({f"{name}[{i}]": v for i, v in enumerate(value)})
+        else:
+            flat[name] = value
+    for name in sorted(flat):
+        value = flat[name]
+        bad = _check_port(host, name, value)
+        if bad:
+            errors += bad
+            continue
+        if value in seen:
+            errors.append(f"{host}: port {value} is used by both {seen[value]} and {name}: give each "
+                          "service its own port")
+        else:
+            seen[value] = name
+    return errors
+
+
+def _homogeneity_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    facts = record.get("facts") or {}
+    plan = record.get("plan") or {}
+    par = plan.get("parallel") or {}
+    mem = sorted({g.get("memory_total_mib") for g in facts.get("gpus") or [] if isinstance(g, Mapping)},
+                 key=str)
+    return (facts.get("gpu_name"), facts.get("gpu_count"), tuple(mem),
+            par.get("tensor_parallel_size"), par.get("pipeline_parallel_size"))
+
+
+def check_multinode(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Multi-host TP/PP groups: complete (size == planned nodes) and homogeneous (same SKU, count, plan)."""
+    errors: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for host in sorted(records):
+        rec = records[host]
+        group = rec.get("multinode_group")
+        nodes = ((rec.get("plan") or {}).get("parallel") or {}).get("nodes", 1) or 1
+        if group:
+            groups.setdefault(str(group), []).append(host)
+        elif nodes > 1:
+            errors.append(f"{host}: the plan needs {nodes} nodes (TP x PP spans hosts) but the host is in no "
+                          "multi-node group: set vllm_fleet_multinode_group on all its nodes")
+    for group, hosts in sorted(groups.items()):
+        keys = {h: _homogeneity_key(records[h]) for h in hosts}
+        if len(set(keys.values())) > 1:
+            desc = "; ".join(f"{h}: {k[1]}x {k[0]} TP{k[3]} PP{k[4]}" for h, k in sorted(keys.items()))
+            errors.append(f"multi-node group {group}: hosts differ ({desc}): a TP/PP group needs identical "
+                          "GPUs, GPU counts and plans on every node")
+            continue
+        head = records[hosts[0]]
+        plan = head.get("plan") or {}
+        par = plan.get("parallel") or {}
+        nodes = par.get("nodes", 1) or 1
+        if len(hosts) != nodes:
+            what = "incomplete" if len(hosts) < nodes else "has more hosts than the plan uses"
+            errors.append(f"multi-node group {group}: {what}: the plan (TP{par.get('tensor_parallel_size')} x "
+                          f"PP{par.get('pipeline_parallel_size')}) needs {nodes} node(s), the group has "
+                          f"{len(hosts)} ({', '.join(hosts)})")
+        gpus = (head.get("facts") or {}).get("gpu_count") or 0
+        per_replica = par.get("gpus_per_replica")
+        if _is_int(per_replica) and gpus and nodes > 1 and per_replica != nodes * gpus:
+            errors.append(f"multi-node group {group}: TP x PP = {per_replica} GPUs does not fill {nodes} nodes "
+                          f"of {gpus} GPUs: make TP x PP a multiple of the GPUs per node")
+    return errors
+
+
+def check_multinode_facts(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Before planning: every multi-node group has >= 2 hosts with identical GPUs (from facts only)."""
+    errors: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for host in sorted(records):
+        group = records[host].get("multinode_group")
+        if group:
+            groups.setdefault(str(group), []).append(host)
+    for group, hosts in sorted(groups.items()):
+        if len(hosts) < 2:
+            errors.append(f"multi-node group {group}: has only {hosts[0]}: a multi-node group spans at least "
+                          "two hosts (remove vllm_fleet_multinode_group for a single host)")
+        keys = {h: _homogeneity_key({"facts": records[h].get("facts")})[:3] for h in hosts}
+        if len(set(keys.values())) > 1:
+            desc = "; ".join(f"{h}: {k[1]}x {k[0] or 'no GPU'} {list(k[2])} MiB" for h, k in sorted(keys.items()))
+            errors.append(f"multi-node group {group}: mixed GPUs ({desc}): a TP/PP group spanning hosts needs "
+                          "the same GPU model and count on every node; split the group by SKU")
+    return errors
+
+
+ImageChecker = Callable[[Mapping[str, Any], Mapping[str, Any]], "str | None"]
+
+
+def check_fleet(records: Mapping[str, Mapping[str, Any]], image_checker: ImageChecker | None = None) -> list[str]:
+    """All fleet-level checks after planning.
+
+    ``records`` maps host → {facts, plan, multinode_group, ports, image_cuda}. ``image_checker(facts, plan)``
+    returns a refusal message when no image can run on the host (``image_compat.check_host``); it is used
+    when the record does not pin ``image_cuda``.
+    """
+    errors: list[str] = []
+    for host in sorted(records):
+        rec = records[host]
+        facts = rec.get("facts") or {}
+        errors += check_ports(host, rec.get("ports") or {})
+        if rec.get("image_cuda"):
+            errors += check_driver_cuda(host, facts, rec.get("image_cuda"))
+        elif image_checker is not None and facts.get("gpu_count"):
+            refusal = image_checker(facts, rec.get("plan") or {})
+            if refusal:
+                errors.append(f"{host}: {refusal}")
+    errors += check_multinode(records)
+    return errors
