@@ -1,0 +1,391 @@
+"""Read a Hugging Face ``config.json`` (as a dict) into the numbers the planner needs.
+
+Handles dense/GQA, MoE, MLA (DeepSeek), sliding-window and hybrid layer types, vision wrappers
+(``text_config``), tied embeddings, rope scaling, ``torch_dtype`` and ``quantization_config``.
+Standard library only, no I/O: the caller reads the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ModelConfigError(ValueError):
+    """The model's config cannot be planned for; the message says what is wrong."""
+
+
+# Architectures whose MLP is not gated (two matrices instead of three).
+_NON_GATED_MLP = ("PhiForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM", "FalconForCausalLM",
+                  "GPTBigCodeForCausalLM", "OPTForCausalLM", "BloomForCausalLM", "StarCoder2ForCausalLM")
+# Models vLLM refuses to run in fp16 (they fall back to fp32 below sm80): config/model.py.
+FP16_UNSAFE_MODEL_TYPES = ("gemma2", "gemma3", "gemma3_text", "glm4")
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                 "max_sequence_length", "max_seq_length", "seq_len", "model_max_length")
+
+
+@dataclass(frozen=True)
+class Quantization:
+    method: str  # "none", "awq", "gptq", "fp8", "compressed-tensors", "mxfp4", ...
+    weight_bits: float = 16.0
+    group_size: int = 0
+    scheme: str = ""  # compressed-tensors scheme (w8a8-fp8, wna16, ...)
+    block_fp8: bool = False
+    experts_only: bool = False  # e.g. gpt-oss MXFP4 quantizes only the MoE experts
+
+    def linear_bytes_per_param(self, dense_bytes: float) -> float:
+        """Bytes one linear-layer parameter takes in memory, scales and zero points included."""
+        if self.method == "none":
+            return dense_bytes
+        bits = self.weight_bits
+        if self.method in ("awq", "gptq", "compressed-tensors") and bits <= 4 and self.group_size:
+            # packed int4 + one fp16 scale and one packed zero point per group
+            return bits / 8 + (2 + bits / 8) / self.group_size
+        if self.method == "mxfp4":
+            return 0.5 + 1 / 32  # e2m1 values + one e8m0 scale per 32
+        if bits == 8:
+            return 1.0 + (4 / (128 * 128) if self.block_fp8 else 0.0)
+        return bits / 8
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The planner's view of a model."""
+
+    architecture: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_model_len: int  # derived limit (positions x rope scaling)
+    torch_dtype: str  # "bfloat16", "float16", "float32"
+    layer_kinds: tuple[str, ...]  # per layer: "full", "sliding", "mamba"
+    sliding_window: int = 0
+    gated_mlp: bool = True
+    # MoE
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    dense_layers: int = 0  # leading dense layers of a MoE (first_k_dense_replace)
+    # MLA
+    mla: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    # Mamba / linear attention state per layer (bytes, checkpoint dtype), 0 if none
+    mamba_state_bytes: int = 0
+    multimodal: bool = False
+    vision_params: int = 0  # vision tower + projector (multimodal wrappers), from vision_config
+    quantization: Quantization = field(default_factory=lambda: Quantization("none"))
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def dtype_bytes(self) -> int:
+        return 4 if self.torch_dtype == "float32" else 2
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(1 for k in self.layer_kinds if k != "mamba")
+
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        """KV heads each TP rank stores: split, or replicated when TP > KV heads (config/model.py:1670)."""
+        if self.mla:
+            return 1
+        return max(1, self.num_kv_heads // tp)
+
+    def kv_bytes_per_token_layer(self, tp: int, kv_dtype_bytes: int) -> int:
+        """KV bytes one token takes in one attention layer on one GPU (kv_cache_interface.py)."""
+        if self.mla:  # latent cache, not split by TP
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
+        return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * kv_dtype_bytes
+
+    # --- parameter counts (for weight bytes when no safetensors index is given) -----------------
+    def attention_params_per_layer(self, tp: int = 1) -> tuple[float, float]:
+        """(split-by-TP params, replicated params) of one attention layer on one GPU."""
+        h = self.hidden_size
+        if self.mla:
+            rope, nope, v = self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
+            heads = self.num_heads
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * (nope + rope)) if self.q_lora_rank \
+                else h * heads * (nope + rope)
+            kv_b = self.kv_lora_rank * heads * (nope + v)
+            o = heads * v * h
+            kv_a = h * (self.kv_lora_rank + rope)
+            q_a = h * self.q_lora_rank if self.q_lora_rank else 0
+            split = (q - q_a + kv_b + o) / tp
+            return split, float(kv_a + q_a)
+        q = h * self.num_heads * self.head_dim
+        o = self.num_heads * self.head_dim * h
+        kv_per_head = 2 * h * self.head_dim
+        kv = kv_per_head * self.kv_heads_per_gpu(tp)
+        return (q + o) / tp + kv, 0.0
+
+    def mlp_params_per_layer(self, layer: int, tp: int = 1) -> tuple[float, float]:
+        """(expert params, dense params) of one MLP layer on one GPU (experts sharded over TP/EP)."""
+        h = self.hidden_size
+        mats = 3 if self.gated_mlp else 2
+        if self.is_moe and layer >= self.dense_layers:
+            experts = self.num_experts * 3 * h * self.moe_intermediate_size
+            shared = 3 * h * self.shared_expert_intermediate_size
+            router = h * self.num_experts
+            return experts / tp, shared / tp + router
+        return 0.0, mats * h * self.intermediate_size / tp
+
+    def mamba_params_per_layer(self, tp: int = 1) -> float:
+        return 3.0 * self.hidden_size * 2 * self.hidden_size / tp
+
+    def embedding_params(self, tp: int = 1) -> tuple[float, float]:
+        """(input embedding, lm_head) params on one GPU; both vocab-parallel."""
+        emb = self.vocab_size * self.hidden_size / tp
+        return emb, (0.0 if self.tie_word_embeddings else emb)
+
+
+def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if k in cfg and cfg[k] is not None:
+            return cfg[k]
+    return default
+
+
+def _positive_int(cfg: dict[str, Any], key: str, *alts: str, default: int | None = None) -> int:
+    value = _get(cfg, key, *alts, default=default)
+    if value is None:
+        raise ModelConfigError(f"config.json has no '{key}': is this a Hugging Face causal-LM config?")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) <= 0:
+        raise ModelConfigError(f"config.json '{key}' must be a positive integer, not {value!r}")
+    return int(value)
+
+
+def derived_max_model_len(cfg: dict[str, Any]) -> int:
+    """vLLM's derived maximum length: the smallest positions key, times the rope scaling factor
+    for linear/dynamic/yarn scaling (config/model.py _get_and_verify_max_len)."""
+    found = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), (int, float)) and cfg[k] > 0]
+    if not found:
+        raise ModelConfigError("config.json gives no maximum length (max_position_embeddings or similar)")
+    derived = min(found)
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, dict):
+        rope_type = rope.get("rope_type", rope.get("type"))
+        factor = rope.get("factor")
+        if rope_type not in (None, "default", "su", "longrope", "llama3", "mrope") and factor:
+            if rope_type == "yarn" and rope.get("original_max_position_embeddings"):
+                derived = int(rope["original_max_position_embeddings"])
+            derived = int(derived * float(factor))
+    return derived
+
+
+def _quantization(cfg: dict[str, Any]) -> Quantization:
+    q = cfg.get("quantization_config")
+    if not q:
+        return Quantization("none")
+    if not isinstance(q, dict):
+        raise ModelConfigError("config.json 'quantization_config' must be an object")
+    method = str(q.get("quant_method", "")).lower().replace("_", "-")
+    if method in ("awq", "gptq"):
+        bits = int(q.get("bits", q.get("w_bit", 4)))
+        group = int(q.get("group_size", q.get("q_group_size", 128)) or 0)
+        return Quantization(method, float(bits), max(group, 0))
+    if method == "fp8":
+        block = bool(q.get("weight_block_size"))
+        return Quantization("fp8", 8.0, 0, block_fp8=block)
+    if method == "mxfp4":
+        return Quantization("mxfp4", 4.25, 32, experts_only=True)
+    if method == "compressed-tensors":
+        bits, scheme = 8.0, "w8a8-int8"
+        groups = q.get("config_groups") or {}
+        for group in groups.values():
+            w = (group or {}).get("weights") or {}
+            a = (group or {}).get("input_activations") or {}
+            bits = float(w.get("num_bits", 8))
+            wtype = str(w.get("type", "int"))
+            if bits <= 4:
+                scheme = "nvfp4" if wtype == "float" else ("wna16" if not a else "w4a8-fp8")
+            elif wtype == "float":
+                scheme = "w8a8-fp8"
+            else:
+                scheme = "w8a8-int8" if a else "wna16"
+            group_size = int(w.get("group_size") or 0)
+            return Quantization("compressed-tensors", bits, group_size, scheme=scheme)
+        return Quantization("compressed-tensors", bits, 0, scheme=scheme)
+    if method in ("bitsandbytes", "gguf"):
+        return Quantization(method, 4.0)
+    return Quantization(method or "unknown", 8.0)
+
+
+def _layer_kinds(cfg: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], int]:
+    window = int(cfg.get("sliding_window") or 0)
+    kinds_raw = cfg.get("layer_types") or cfg.get("layers_block_type")
+    if isinstance(kinds_raw, list) and len(kinds_raw) == n_layers:
+        kinds = []
+        for kind in kinds_raw:
+            k = str(kind).lower()
+            if "sliding" in k or k == "local":
+                kinds.append("sliding")
+            elif any(t in k for t in ("mamba", "linear", "ssm", "conv")):
+                kinds.append("mamba")
+            else:
+                kinds.append("full")
+        if "sliding" in kinds and not window:
+            raise ModelConfigError("config.json has sliding-attention layers but no 'sliding_window'")
+        return tuple(kinds), window
+    pattern = cfg.get("sliding_window_pattern")
+    if window and isinstance(pattern, int) and pattern > 1:  # Gemma 3: every Nth layer is global
+        return tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)), window
+    if window and cfg.get("use_sliding_window", True) and cfg.get("model_type") not in ("qwen2", "qwen3"):
+        return ("sliding",) * n_layers, window
+    return ("full",) * n_layers, 0
+
+
+def parse_model_config(config: dict[str, Any]) -> ModelSpec:
+    """Turn a Hugging Face config dict into a :class:`ModelSpec`; raise ModelConfigError if it cannot."""
+    if not isinstance(config, dict) or not config:
+        raise ModelConfigError("config.json is empty or not a JSON object")
+    outer = config
+    cfg = config
+    multimodal = False
+    if isinstance(config.get("text_config"), dict):  # vision wrappers (LLaVA, Gemma 3, Qwen-VL, ...)
+        cfg = {**config["text_config"]}
+        for key in ("quantization_config", "torch_dtype", "tie_word_embeddings"):
+            if key not in cfg and key in outer:
+                cfg[key] = outer[key]
+        multimodal = True
+    if "vision_config" in outer:
+        multimodal = True
+    archs = outer.get("architectures") or [""]
+    architecture = str(archs[0]) if isinstance(archs, list) and archs else ""
+    model_type = str(cfg.get("model_type", outer.get("model_type", "")))
+
+    n_layers = _positive_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _positive_int(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _positive_int(cfg, "num_attention_heads", "n_head")
+    kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads) or heads)
+    if kv_heads <= 0 or heads % kv_heads:
+        raise ModelConfigError(f"config.json: num_attention_heads {heads} is not a multiple of "
+                               f"num_key_value_heads {kv_heads}")
+    head_dim = int(_get(cfg, "head_dim", default=0) or hidden // heads)
+    vocab = _positive_int(cfg, "vocab_size", "padded_vocab_size")
+    intermediate = int(_get(cfg, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden) or 4 * hidden)
+    dtype = str(_get(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace("torch.", "")
+    if dtype not in ("bfloat16", "float16", "float32"):
+        dtype = "bfloat16" if dtype in ("bf16", "auto") else ("float16" if dtype in ("fp16", "half") else "bfloat16")
+    tie = bool(_get(cfg, "tie_word_embeddings", default=outer.get("tie_word_embeddings", False)))
+    kinds, window = _layer_kinds(cfg, n_layers)
+
+    num_experts = int(_get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0)
+    experts_per_tok = int(_get(cfg, "num_experts_per_tok", "moe_topk", "top_k", default=0) or 0)
+    moe_inter = int(_get(cfg, "moe_intermediate_size", default=0) or (intermediate if num_experts else 0))
+    shared_inter = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
+    if not shared_inter and cfg.get("n_shared_experts"):
+        shared_inter = int(cfg["n_shared_experts"]) * moe_inter
+    dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0)
+
+    kv_lora = int(cfg.get("kv_lora_rank") or 0)
+    mla = kv_lora > 0
+    mamba_state = 0
+    if "mamba" in kinds:
+        d_state = int(_get(cfg, "mamba_d_state", "state_size", "linear_key_head_dim", default=128) or 128)
+        expand = int(_get(cfg, "mamba_expand", "expand", default=2) or 2)
+        d_conv = int(_get(cfg, "mamba_d_conv", "conv_kernel", "linear_conv_kernel_dim", default=4) or 4)
+        d_inner = expand * hidden
+        mamba_state = (d_inner * d_state + (d_inner + 2 * d_state) * (d_conv - 1)) * 2
+
+    vision_params = 0
+    vision = outer.get("vision_config")
+    if isinstance(vision, dict):
+        vh = int(vision.get("hidden_size") or 1024)
+        vl = int(vision.get("num_hidden_layers") or vision.get("depth") or 24)
+        vi = int(vision.get("intermediate_size") or 4 * vh)
+        # ViT blocks (4h^2 attention + 2*h*I MLP) plus a two-layer projector into the text model.
+        vision_params = vl * (4 * vh * vh + 2 * vh * vi) + vh * hidden + hidden * hidden
+
+    return ModelSpec(
+        architecture=architecture,
+        model_type=model_type,
+        num_layers=n_layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        tie_word_embeddings=tie,
+        max_model_len=derived_max_model_len(cfg),
+        torch_dtype=dtype,
+        layer_kinds=kinds,
+        sliding_window=window,
+        gated_mlp=architecture not in _NON_GATED_MLP,
+        num_experts=num_experts,
+        experts_per_token=experts_per_tok,
+        moe_intermediate_size=moe_inter,
+        shared_expert_intermediate_size=shared_inter,
+        dense_layers=dense_layers,
+        mla=mla,
+        kv_lora_rank=kv_lora,
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+        qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
+        qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
+        v_head_dim=int(cfg.get("v_head_dim") or 0),
+        mamba_state_bytes=mamba_state,
+        multimodal=multimodal,
+        vision_params=vision_params,
+        quantization=_quantization(outer if "quantization_config" in outer else cfg),
+    )
+
+
+def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
+                          quant: Quantization | None = None) -> list[int]:
+    """Weight bytes on one GPU of each pipeline stage (max is what matters).
+
+    Linear layers use the quantization's bytes per parameter; embeddings and lm_head stay in the
+    checkpoint dtype; MLA latent projections and routers are replicated across TP ranks.
+    """
+    q = quant or spec.quantization
+    lin = q.linear_bytes_per_param(dense_bytes)
+    expert_b = lin
+    attn_b = dense_bytes if q.experts_only else lin
+    dense_mlp_b = dense_bytes if q.experts_only else lin
+    layers = stage_layers(spec.num_layers, pp)
+    result: list[int] = []
+    start = 0
+    for s, count in enumerate(layers):
+        total = 0.0
+        for layer in range(start, start + count):
+            if spec.layer_kinds[layer] == "mamba":
+                total += spec.mamba_params_per_layer(tp) * attn_b
+            else:
+                split, repl = spec.attention_params_per_layer(tp)
+                total += (split + repl) * attn_b
+            experts, dense = spec.mlp_params_per_layer(layer, tp)
+            total += experts * expert_b + dense * dense_mlp_b
+            total += 2 * spec.hidden_size * dense_bytes  # norms
+        emb, head = spec.embedding_params(tp)
+        if s == 0:
+            total += emb * dense_bytes + spec.vision_params / tp * dense_bytes
+        if s == len(layers) - 1:
+            total += (head if head else (emb if pp > 1 else 0.0)) * dense_bytes
+        result.append(int(total))
+        start += count
+    return result
+
+
+def stage_layers(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage: even split, remainder to the middle/first stages
+    (distributed/utils.py get_pp_indices)."""
+    base, rem = divmod(num_layers, pp)
+    counts = [base] * pp
+    # vLLM gives the extra layers to stages starting from the middle; the max is what we need.
+    order = list(range(pp // 2, pp)) + list(range(0, pp // 2))
+    for i in range(rem):
+        counts[order[i % pp]] += 1
+    return counts
