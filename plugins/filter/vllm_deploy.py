@@ -66,6 +66,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.rollout import (
     RolloutError,
     health_gate,
     metric_sum,
+    retries_for,
     serial_batches,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_launch import (
@@ -125,6 +126,11 @@ def vllm_metric_sum(text: Any, name: str, default: float | None = None) -> float
     return default if result is None else result
 
 
+def vllm_retries(timeout_s: Any, interval_s: Any) -> int:
+    result: int = _call("vllm_retries", retries_for, timeout_s, interval_s)
+    return result
+
+
 def vllm_multinode(plan: Any, **kwargs: Any) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = _call("vllm_multinode", multinode_commands, plan, **kwargs)
     return result
@@ -141,4 +147,5 @@ class FilterModule:
             "vllm_serial": vllm_serial,
             "vllm_metric_sum": vllm_metric_sum,
             "vllm_multinode": vllm_multinode,
+            "vllm_retries": vllm_retries,
         }

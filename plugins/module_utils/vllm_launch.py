@@ -133,8 +133,9 @@ def replica_layout(
     ``gpu_indexes`` (default ``0..``), on consecutive ports from ``base_port``. One replica keeps the
     plain container name; several get ``NAME-0``, ``NAME-1``, ...
 
-    :returns: ``[{"index", "container", "port", "address", "server", "device_ids"}]``; ``device_ids``
-        is empty on the CPU lane (no GPU device request)
+    :returns: ``[{"index", "container", "port", "address", "server", "device_ids", "backend"}]``;
+        ``device_ids`` is empty on the CPU lane (no GPU device request); ``backend`` is the load
+        balancer's entry ``{"server", "address", "port"}``
     """
     if not isinstance(plan, dict):
         raise LaunchError("plan must be a dict (Contract 2)")
@@ -170,6 +171,7 @@ def replica_layout(
                 "address": address,
                 "server": f"{server_prefix}{suffix}",
                 "device_ids": [str(g) for g in gpus],
+                "backend": {"server": f"{server_prefix}{suffix}", "address": address, "port": base_port + index},
             }
         )
     return layout

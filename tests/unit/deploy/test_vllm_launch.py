@@ -92,7 +92,8 @@ def test_engine_config_needs_engine_args() -> None:
 def test_replica_layout_cpu_single() -> None:
     layout = replica_layout(PLAN_CPU, name="vf-dep-a", base_port=18210, server_prefix="a", address="127.0.0.1")
     assert layout == [
-        {"index": 0, "container": "vf-dep-a", "port": 18210, "address": "127.0.0.1", "server": "a", "device_ids": []}
+        {"index": 0, "container": "vf-dep-a", "port": 18210, "address": "127.0.0.1", "server": "a", "device_ids": [],
+         "backend": {"server": "a", "address": "127.0.0.1", "port": 18210}}
     ]
 
 
@@ -102,6 +103,7 @@ def test_replica_layout_gpu_two_replicas_of_four() -> None:
     assert [r["port"] for r in layout] == [8000, 8001]
     assert [r["server"] for r in layout] == ["gpu1-0", "gpu1-1"]
     assert [r["device_ids"] for r in layout] == [["0", "1", "2", "3"], ["4", "5", "6", "7"]]
+    assert layout[1]["backend"] == {"server": "gpu1-1", "address": "10.0.0.5", "port": 8001}
 
 
 def test_replica_layout_uses_given_gpu_indexes() -> None:
