@@ -168,19 +168,20 @@ def _positive_int(cfg: dict[str, Any], key: str, *alts: str, default: int | None
 
 
 def derived_max_model_len(cfg: dict[str, Any]) -> int:
-    """vLLM's derived maximum length: the smallest positions key, times the rope scaling factor
-    for linear/dynamic/yarn scaling (config/model.py _get_and_verify_max_len)."""
+    """vLLM 0.32's derived maximum length (config/model.py _get_and_verify_max_len): the smallest
+    positions key, capped by the tokenizer's model_max_length, times the rope factor except for rope
+    types whose max_position_embeddings is already scaled (llama3, yarn, longrope, ...) and Gemma 3."""
     found = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), (int, float)) and cfg[k] > 0]
-    if not found:
-        raise ModelConfigError("config.json gives no maximum length (max_position_embeddings or similar)")
-    derived = min(found)
+    derived = min(found) if found else 2048  # vLLM assumes 2048 when no key is present
+    tok_max = cfg.get("tokenizer_model_max_length")
+    if isinstance(tok_max, int) and 0 < tok_max < derived:
+        derived = tok_max
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    if isinstance(rope, dict):
+    if isinstance(rope, dict) and "gemma3" not in str(cfg.get("model_type", "")):
         rope_type = rope.get("rope_type", rope.get("type"))
         factor = rope.get("factor")
-        if rope_type not in (None, "default", "su", "longrope", "llama3", "mrope") and factor:
-            if rope_type == "yarn" and rope.get("original_max_position_embeddings"):
-                derived = int(rope["original_max_position_embeddings"])
+        already_scaled = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+        if rope_type not in (None, "default", *already_scaled) and factor:
             derived = int(derived * float(factor))
     return derived
 
@@ -256,7 +257,7 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
     multimodal = False
     if isinstance(config.get("text_config"), dict):  # vision wrappers (LLaVA, Gemma 3, Qwen-VL, ...)
         cfg = {**config["text_config"]}
-        for key in ("quantization_config", "torch_dtype", "tie_word_embeddings"):
+        for key in ("quantization_config", "torch_dtype", "tie_word_embeddings", "tokenizer_model_max_length"):
             if key not in cfg and key in outer:
                 cfg[key] = outer[key]
         multimodal = True

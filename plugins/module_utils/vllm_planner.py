@@ -546,6 +546,21 @@ class _Candidate:
     max_num_seqs: int
     max_num_batched_tokens: int
     fits_one_request: bool
+    layer_kinds: list[str] = field(default_factory=list)  # layers on the limiting GPU
+    in_flight: int = 0
+
+    def longest_fitting_len(self, spec: ModelSpec, kv_dtype_bytes: int, upper: int) -> int:
+        """Largest max_model_len whose one request fits this KV pool (vLLM binary-searches the same)."""
+        low, high = 0, upper
+        while low < high:
+            mid = (low + high + 1) // 2
+            need = kv_layout(spec, self.layer_kinds, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
+                             self.in_flight).needed_bytes_per_request
+            if need <= max(self.memory.kv_cache, 0):
+                low = mid
+            else:
+                high = mid - 1
+        return low
 
 
 def plan(
@@ -701,7 +716,7 @@ def _evaluate(spec: ModelSpec, gpu: Gpu, tp: int, pp: int, util: float, rules: V
     in_flight = (2 if async_sched else pp) * tokens
     start = 0
     num_blocks_min: int | None = None
-    limiting: tuple[Memory, KvLayout] | None = None
+    limiting: tuple[Memory, KvLayout, list[str]] | None = None
     for s, count in enumerate(layers):
         kinds = list(spec.layer_kinds[start:start + count])
         start += count
@@ -715,16 +730,16 @@ def _evaluate(spec: ModelSpec, gpu: Gpu, tp: int, pp: int, util: float, rules: V
         mem = Memory(total, budget, weights[s], act, non_torch, cg, charged, kv, outside)
         if num_blocks_min is None or blocks < num_blocks_min:
             num_blocks_min = blocks
-            limiting = (mem, layout)
+            limiting = (mem, layout, kinds)
     assert limiting is not None and num_blocks_min is not None
-    mem, layout = limiting
+    mem, layout, kinds = limiting
     concurrency = num_blocks_min / layout.blocks_per_request if layout.blocks_per_request else 0.0
     kv_tokens = int(concurrency * max_model_len)
     if rules.engine == "v0":  # V0 logged "# GPU blocks: N"; capacity is blocks x block size
         kv_tokens = num_blocks_min * layout.block_size
     fits = mem.kv_cache > 0 and layout.needed_bytes_per_request <= mem.kv_cache
     return _Candidate(tp, pp, mem, num_blocks_min, layout, kv_tokens, concurrency, max_model_len, seqs,
-                      tokens, fits)
+                      tokens, fits, kinds, in_flight)
 
 
 def _safety_margin(gpu: Gpu, pol: Policy) -> int:
@@ -842,6 +857,7 @@ def _plan_gpu(spec: ModelSpec, gpu: Gpu, prof: Profile, pol: Policy, rules: Vers
             layouts.append((tps[-1], pp))
 
     chosen: _Candidate | None = None
+    fallback: tuple[_Candidate, _Decision] | None = None
     util = 0.0
     last: _Candidate | None = None
     sched_d: _Decision | None = None
@@ -860,10 +876,14 @@ def _plan_gpu(spec: ModelSpec, gpu: Gpu, prof: Profile, pol: Policy, rules: Vers
                              weights_total_bytes, block_size, want_len, seqs, tokens, eager, outside)
         last = cand
         useful = cand.kv_tokens >= prof.min_concurrency * per_request
-        if cand.num_blocks > 0 and (useful or forced_tp is not None or forced_pp is not None):
-            chosen = cand
-            sched_d = trial
+        forced = forced_tp is not None or forced_pp is not None
+        if cand.num_blocks > 0 and (forced or (useful and cand.fits_one_request)):
+            chosen, sched_d = cand, trial
             break
+        if cand.num_blocks > 0 and useful and fallback is None:
+            fallback = (cand, trial)  # useful pool, but max_model_len must be clamped
+    if chosen is None and fallback is not None:
+        chosen, sched_d = fallback
     if chosen is None:
         # Nothing gives a useful pool: take the largest layout that holds anything at all.
         assert last is not None
@@ -885,29 +905,27 @@ def _plan_gpu(spec: ModelSpec, gpu: Gpu, prof: Profile, pol: Policy, rules: Vers
     d.reasons.update(sched_d.reasons)
 
     # max_model_len: the user's value must fit one request; otherwise clamp the model's limit to the pool.
-    per_token_all = chosen.layout.bytes_per_block / chosen.layout.block_size
     if "max-model-len" in user:
         if not chosen.fits_one_request:
-            fit_len = int(max(chosen.memory.kv_cache, 0) // per_token_all) // block_size * block_size
+            fit_len = chosen.longest_fitting_len(spec, kv_bytes, want_len)
             raise PlanError(f"--max-model-len {want_len} does not fit one request in the KV cache "
                             f"({chosen.memory.kv_cache / GIB:.2f} GiB per GPU): lower it to at most {fit_len} "
                             "or add GPUs / raise tensor-parallel-size")
         d.set("max-model-len", want_len, "set by you; one full-length request fits the predicted KV cache")
+    elif not chosen.fits_one_request:
+        final_len = chosen.longest_fitting_len(spec, kv_bytes, want_len)
+        final_len -= final_len % block_size if final_len > block_size else 0
+        if final_len < min(per_request, model_max):
+            raise PlanError(f"the KV cache ({chosen.memory.kv_cache / GIB:.2f} GiB per GPU) holds only "
+                            f"{final_len} tokens, less than one {prof.name} request: add GPUs or hosts")
+        chosen = _evaluate(spec, gpu, chosen.tp, chosen.pp, util, rules, kv_bytes, act_bytes, dense_bytes,
+                           quant, weights_total_bytes, block_size, final_len, chosen.max_num_seqs,
+                           min(chosen.max_num_batched_tokens, chosen.max_num_seqs * final_len), eager,
+                           chosen.memory.outside_budget)
+        d.set("max-model-len", final_len, f"model allows {model_max} but one request of that length would not "
+              f"fit the KV cache: clamped to {final_len}")
     else:
-        final_len = want_len
-        if not chosen.fits_one_request:
-            final_len = int(max(chosen.memory.kv_cache, 0) // per_token_all) // block_size * block_size
-            if final_len < min(prof.prompt_tokens + prof.output_tokens, model_max):
-                raise PlanError(f"the KV cache ({chosen.memory.kv_cache / GIB:.2f} GiB per GPU) holds only "
-                                f"{final_len} tokens, less than one {prof.name} request: add GPUs or hosts")
-            chosen = _evaluate(spec, gpu, chosen.tp, chosen.pp, util, rules, kv_bytes, act_bytes, dense_bytes,
-                               quant, weights_total_bytes, block_size, final_len, chosen.max_num_seqs,
-                               min(chosen.max_num_batched_tokens, chosen.max_num_seqs * final_len), eager,
-                               chosen.memory.outside_budget)
-            d.set("max-model-len", final_len, f"model allows {model_max} but one request of that length would not "
-                  f"fit the KV cache: clamped to {final_len}")
-        else:
-            d.set("max-model-len", final_len, f"the model's limit ({model_max}); one full-length request fits")
+        d.set("max-model-len", want_len, f"the model's limit ({model_max}); one full-length request fits")
 
     seqs, tokens = _scheduler(spec, prof, max(chosen.kv_tokens, 1), gpu, chosen.tp, chosen.max_model_len,
                               user, pol.offline, chosen.tp * chosen.pp, d)

@@ -1,0 +1,79 @@
+"""Read what the planner needs from a model directory on the controller (the I/O the core avoids).
+
+Used by the ``vllm_plan`` filter and the ``vllm-fleet`` command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+class ModelFilesError(ValueError):
+    """The model path is missing or its files are not what the planner needs."""
+
+
+def load_model(path: str) -> tuple[dict[str, Any], int | None, str]:
+    """Return (config dict, safetensors total bytes or None, model directory) for a directory or a config.json.
+
+    ``metadata.total_size`` of ``model.safetensors.index.json`` gives the real weight bytes when present.
+    """
+    if not path:
+        raise ModelFilesError("no model given: pass a model directory or its config.json")
+    path = os.path.expanduser(str(path))
+    if os.path.isdir(path):
+        model_dir, config_path = path, os.path.join(path, "config.json")
+    elif os.path.isfile(path):
+        model_dir, config_path = os.path.dirname(os.path.abspath(path)), path
+    else:
+        raise ModelFilesError(f"model path '{path}' does not exist: give a model directory or a config.json")
+    if not os.path.isfile(config_path):
+        raise ModelFilesError(f"'{model_dir}' has no config.json: is it a Hugging Face model directory?")
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise ModelFilesError(f"'{config_path}' is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except OSError as exc:
+        raise ModelFilesError(f"cannot read '{config_path}': {exc.strerror}") from None
+    if not isinstance(config, dict):
+        raise ModelFilesError(f"'{config_path}' must hold a JSON object")
+    tok_path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.isfile(tok_path):
+        try:
+            with open(tok_path, encoding="utf-8") as handle:
+                tok_max = json.load(handle).get("model_max_length")
+            if isinstance(tok_max, int) and 0 < tok_max < 10**8:
+                config = {**config, "tokenizer_model_max_length": tok_max}
+        except (OSError, ValueError, AttributeError):
+            pass
+    total: int | None = None
+    index_path = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.isfile(index_path):
+        try:
+            with open(index_path, encoding="utf-8") as handle:
+                index = json.load(handle)
+            size = (index.get("metadata") or {}).get("total_size")
+            total = int(size) if size else None
+        except (OSError, ValueError, AttributeError):
+            total = None
+    return config, total, model_dir
+
+
+def load_facts(path: str) -> dict[str, Any]:
+    """GPU facts from a JSON file: the gpu_facts shape, or wrapped as {"gpu": ...} / {"ansible_facts": {"gpu": ...}}."""
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ModelFilesError(f"facts file '{path}' does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise ModelFilesError(f"facts file '{path}' is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("ansible_facts"), dict):
+        data = data["ansible_facts"]
+    if isinstance(data, dict) and isinstance(data.get("gpu"), dict):
+        data = data["gpu"]
+    if not isinstance(data, dict):
+        raise ModelFilesError(f"facts file '{path}' must hold a JSON object in the gpu_facts shape")
+    return data

