@@ -1,0 +1,194 @@
+"""The cpu variant of the vllm_image role, built and run for real.
+
+- the image is built once per run by scripts/testbed/50-vllm-image.sh (playbooks/image.yml on the local
+  inventory) and its reference read from .cache/vllm-image-ref;
+- a container from it serves the generated tiny model on 127.0.0.1 (host network, IMAGE ports 18100-18199):
+  /health, /v1/models, one /v1/completions, /metrics with vllm: series, the image HEALTHCHECK turns healthy;
+- re-running the role changes nothing (also in check mode); one changed pinned input → one new tag, one build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+REF_FILE = ROOT / ".cache" / "vllm-image-ref"
+WHEELHOUSE = ROOT / ".cache" / "vllm-image" / "wheelhouse"
+PORTS = range(18100, 18200)
+START_TIMEOUT = float(os.environ.get("VLLM_FLEET_IMAGE_START_TIMEOUT", "420"))
+
+
+def _docker(*args: str, check: bool = True) -> str:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def _playbook(*extra: str) -> tuple[str, dict[str, int]]:
+    """Run playbooks/image.yml for the cpu variant; return the output and the localhost recap counts."""
+    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "playbooks/image.yml", "-i", "inventories/local/hosts.yml",
+           "-e", "vllm_image_variant=cpu", "-e", f"vllm_image_wheelhouse_dir={WHEELHOUSE}", *extra]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    recap = re.search(r"^localhost\s*:\s*(.*)$", out, flags=re.M)
+    assert recap, out[-2000:]
+    counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))}
+    return out, counts
+
+
+def _images(repository: str) -> set[str]:
+    return set(filter(None, _docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository).splitlines()))
+
+
+@pytest.fixture(scope="module")
+def image_ref() -> str:
+    if not REF_FILE.exists():
+        result = subprocess.run(["bash", "scripts/testbed/50-vllm-image.sh"], cwd=ROOT, capture_output=True,
+                                text=True, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+    ref = REF_FILE.read_text().strip()
+    assert _docker("image", "inspect", "--format", "{{.Id}}", ref, check=False), f"{ref} is not built"
+    return ref
+
+
+def _free_port() -> int:
+    for port in PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 18100-18199")
+
+
+def _get(url: str, data: dict | None = None, timeout: float = 30) -> tuple[int, str]:
+    body = json.dumps(data).encode() if data is not None else None
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def test_image_metadata(image_ref: str) -> None:
+    info = json.loads(_docker("image", "inspect", image_ref))[0]
+    config = info["Config"]
+    labels = config["Labels"]
+    assert config["User"] == "1000:1000"
+    assert config["Entrypoint"][:2] == ["/usr/bin/tini", "--"]
+    assert "vllm-healthcheck" in " ".join(config["Healthcheck"]["Test"])
+    assert labels["org.vllm-fleet.vllm.version"] == "0.32.0"
+    assert labels["org.vllm-fleet.torch.version"] == "2.13.0+cpu"
+    assert labels["org.vllm-fleet.image.tag"] == image_ref.rsplit(":", 1)[1]
+    base_id = _docker("image", "inspect", "--format", "{{.Id}}", labels["org.opencontainers.image.base.name"])
+    assert labels["org.vllm-fleet.base.id"] == base_id
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert "VLLM_USE_V1" not in env and "VLLM_ATTENTION_BACKEND" not in env
+
+
+@pytest.fixture(scope="module")
+def container(image_ref: str, tiny_model_dir: Path) -> Iterator[tuple[str, str]]:
+    # tiny_model_dir: the TESTBED's session fixture (tests/integration/conftest.py, .cache/tiny-model).
+    model = Path(tiny_model_dir)
+    if not (model / "config.json").exists():
+        pytest.fail(f"{model} is missing: run scripts/testbed/40-tiny-model.sh")
+    port = _free_port()
+    name = f"vf-img-test-{uuid.uuid4().hex[:8]}"
+    _docker("run", "-d", "--name", name, "--network", "host", "--shm-size", "1g",
+            "-v", f"{model}:/models/tiny:ro", "-e", f"FLEET_HEALTH_PORT={port}",
+            "-e", "HF_HUB_OFFLINE=1", "-e", "TRANSFORMERS_OFFLINE=1",
+            image_ref, "--model", "/models/tiny", "--served-model-name", "tiny", "--load-format", "dummy",
+            "--host", "127.0.0.1", "--port", str(port), "--kv-cache-memory-bytes", str(256 * 1024 * 1024),
+            "--max-model-len", "512")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            state = _docker("inspect", "--format", "{{.State.Status}}", name)
+            if state != "running":
+                raise AssertionError(f"container {state}:\n{_docker('logs', '--tail', '60', name)}")
+            try:
+                if _get(f"{url}/health", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"/health not 200 after {START_TIMEOUT}s:\n{_docker('logs', '--tail', '60', name)}")
+            time.sleep(2)
+        yield name, url
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+
+
+def test_container_serves_the_tiny_model(container: tuple[str, str]) -> None:
+    name, url = container
+    status, body = _get(f"{url}/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["tiny"]
+    status, body = _get(f"{url}/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 4})
+    assert status == 200, body
+    completion = json.loads(body)
+    assert completion["choices"] and completion["usage"]["completion_tokens"] == 4
+    status, metrics = _get(f"{url}/metrics")
+    assert status == 200
+    assert re.search(r"^vllm:generation_tokens_total\{.*\} [1-9]", metrics, flags=re.M), metrics[:2000]
+    # PID 1 is tini, the server runs as the non-root user.
+    assert _docker("exec", name, "cat", "/proc/1/comm") == "tini"
+    assert _docker("exec", name, "id", "-u") == "1000"
+
+
+def test_image_healthcheck_turns_healthy(container: tuple[str, str]) -> None:
+    name, _ = container
+    deadline = time.monotonic() + 90  # first probe 30 s after start, then every 30 s
+    while (health := _docker("inspect", "--format", "{{.State.Health.Status}}", name)) != "healthy":
+        assert health in ("starting", "healthy"), health
+        assert time.monotonic() < deadline, f"still {health}"
+        time.sleep(3)
+
+
+def test_rerun_changes_nothing(image_ref: str) -> None:
+    before = _images("vllm-fleet/vllm")
+    out, counts = _playbook()
+    assert counts["changed"] == 0 and counts["failed"] == 0, out[-3000:]
+    assert image_ref in out
+    _, counts = _playbook("--check")
+    assert counts["changed"] == 0
+    assert _images("vllm-fleet/vllm") == before
+
+
+def test_one_changed_input_builds_exactly_one_new_image(image_ref: str) -> None:
+    before = _images("vllm-fleet/vllm")
+    changed = ["-e", '{"vllm_image_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}}']
+    out, counts = _playbook(*changed)
+    new = _images("vllm-fleet/vllm") - before
+    try:
+        assert len(new) == 1, out[-3000:]
+        (new_ref,) = new
+        assert new_ref != image_ref and new_ref.split(":")[1].startswith("0.32.0-cpu-")
+        assert counts["changed"] >= 1
+        env = _docker("image", "inspect", "--format", "{{json .Config.Env}}", new_ref)
+        assert "VLLM_CPU_OMP_THREADS_BIND=nobind" in env
+        _, counts = _playbook(*changed)            # the same changed input again: nothing to do
+        assert counts["changed"] == 0
+        assert _images("vllm-fleet/vllm") - before == new
+    finally:
+        for ref in new:
+            subprocess.run(["docker", "rmi", ref], capture_output=True, check=False)
