@@ -1,0 +1,161 @@
+"""NVIDIA driver branch facts for the provisioning roles (pure Python, stdlib only, no I/O).
+
+Kept deliberately small and driver-focused: the IMAGE area owns the big vLLM → torch → CUDA table
+(``image_compat.py``). This module answers three questions for ``roles/nvidia_driver``:
+
+* which CUDA versions a driver branch can run (``max_cuda_for_branch`` / ``check_branch_supports_cuda``),
+* which packages a branch means on a given distribution and source (``driver_packages``),
+* what ``nvidia-smi`` output says about the loaded kernel module (``classify_nvidia_smi``).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Highest CUDA toolkit version (major, minor) each production branch supports. ``None`` as the minor
+# means "every 13.x": CUDA's minor-version compatibility lets a 13.x application run on R580.
+# Source: the CUDA toolkit release notes, table "CUDA Toolkit and Minimum Required Driver Version".
+BRANCH_MAX_CUDA: dict[int, tuple[int, int | None]] = {
+    535: (12, 2),
+    550: (12, 4),
+    570: (12, 8),
+    575: (12, 9),
+    580: (13, None),
+}
+
+SOURCES = ("distro", "cuda_repo")
+
+_BRANCH_RE = re.compile(r"^\s*[Rr]?(\d{3})(?:\.\d+)*\s*$")
+_CUDA_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)?\s*$")
+_VERSION_RE = re.compile(r"(\d{3}\.\d+(?:\.\d+)?)")
+
+
+def parse_branch(value: str | int) -> int:
+    """Return the branch number of ``535``, ``"R535"``, ``"535.261.03"`` or ``"535.261.03-1"``."""
+    text = str(value).split("-", 1)[0]
+    match = _BRANCH_RE.match(text)
+    if match is None:
+        raise ValueError(f"driver branch {value!r} is not a branch like '535' or a version like '535.261.03'")
+    return int(match.group(1))
+
+
+def parse_cuda(value: str) -> tuple[int, int]:
+    """Return (major, minor) of a CUDA version such as ``"12.2"`` or ``"12.2.1"``."""
+    match = _CUDA_RE.match(str(value))
+    if match is None:
+        raise ValueError(f"CUDA version {value!r} is not like '12.2'")
+    return int(match.group(1)), int(match.group(2))
+
+
+def max_cuda_for_branch(branch: str | int) -> tuple[int, int | None]:
+    """Highest CUDA version a driver branch supports; ``ValueError`` for a branch we do not know."""
+    number = parse_branch(branch)
+    if number not in BRANCH_MAX_CUDA:
+        known = ", ".join(str(b) for b in sorted(BRANCH_MAX_CUDA))
+        raise ValueError(f"driver branch {number} is not one of the supported branches ({known})")
+    return BRANCH_MAX_CUDA[number]
+
+
+def format_cuda(limit: tuple[int, int | None]) -> str:
+    """``(12, 2)`` → ``"12.2"``; ``(13, None)`` → ``"13.x"``."""
+    major, minor = limit
+    return f"{major}.x" if minor is None else f"{major}.{minor}"
+
+
+def check_branch_supports_cuda(branch: str | int, cuda: str) -> tuple[bool, str]:
+    """Can driver ``branch`` run an image built for CUDA ``cuda``? Returns (ok, one-line reason)."""
+    number = parse_branch(branch)
+    limit = max_cuda_for_branch(number)
+    major, minor = parse_cuda(cuda)
+    if major < limit[0]:
+        ok = True
+    elif major > limit[0]:
+        ok = False
+    else:
+        ok = limit[1] is None or minor <= limit[1]
+    if ok:
+        return True, f"driver R{number} supports CUDA up to {format_cuda(limit)}; the image needs {major}.{minor}"
+    newer = [b for b, lim in sorted(BRANCH_MAX_CUDA.items()) if _within(major, minor, lim)]
+    hint = f"pin nvidia_driver_branch to {newer[0]} or newer" if newer else "no known branch supports it"
+    return False, (
+        f"driver R{number} supports CUDA up to {format_cuda(limit)} but the planned image needs CUDA "
+        f"{major}.{minor}: {hint}, or plan an image built for an older CUDA"
+    )
+
+
+def _within(major: int, minor: int, limit: tuple[int, int | None]) -> bool:
+    if major != limit[0]:
+        return major < limit[0]
+    return limit[1] is None or minor <= limit[1]
+
+
+def driver_packages(distribution: str, source: str, branch: str | int, version: str = "") -> list[str]:
+    """Packages that install driver ``branch`` on ``distribution`` (``Debian``/``Ubuntu``) from ``source``.
+
+    ``version`` (a full package version, e.g. ``535.261.03-1``) pins the main package with ``=``.
+    """
+    number = parse_branch(branch)
+    pin = f"={version}" if version else ""
+    if source not in SOURCES:
+        raise ValueError(f"driver source {source!r} is not one of {', '.join(SOURCES)}")
+    if source == "cuda_repo":
+        # NVIDIA's CUDA repository: one meta package per branch pulls driver, utilities and NVML.
+        return [f"cuda-drivers-{number}{pin}"]
+    if distribution == "Debian":
+        if number != 535:
+            raise ValueError(
+                f"Debian 12 non-free ships only the R535 branch, not R{number}: "
+                "set nvidia_driver_source: cuda_repo for other branches"
+            )
+        return [f"nvidia-driver{pin}", f"nvidia-smi{pin}", f"libnvidia-ml1{pin}"]
+    if distribution == "Ubuntu":
+        return [f"nvidia-driver-{number}-server{pin}", f"nvidia-utils-{number}-server{pin}"]
+    raise ValueError(f"distribution {distribution!r} is not supported (Debian, Ubuntu)")
+
+
+def fabricmanager_package(branch: str | int, driver_version: str) -> str:
+    """The fabric manager package of exactly the installed driver's version (NVSwitch systems).
+
+    NVIDIA refuses to start fabric manager when its version differs from the loaded driver, so it is
+    always pinned to the upstream part of ``driver_version`` (the installed package version, e.g.
+    ``580.95.05-1`` → ``580.95.05-*``: Ubuntu's and NVIDIA's Debian revisions differ between the two).
+    """
+    number = parse_branch(branch)
+    if not driver_version:
+        raise ValueError("fabric manager needs the installed driver's package version to pin to")
+    if parse_branch(driver_version) != number:
+        raise ValueError(
+            f"installed driver {driver_version} is not of branch R{number}: fix the driver before fabric manager"
+        )
+    name = "nvidia-fabricmanager" if number >= 580 else f"nvidia-fabricmanager-{number}"
+    upstream = driver_version.split(":", 1)[-1].split("-", 1)[0]
+    return f"{name}={upstream}-*"
+
+
+def classify_nvidia_smi(rc: int, output: str) -> str:
+    """What ``nvidia-smi``'s exit status and output say about the driver.
+
+    ``ok``: it talks to the driver; ``mismatch``: user-space libraries were upgraded but the old kernel
+    module is still loaded (a reboot fixes it); ``no_driver``: no kernel module loaded; ``missing``:
+    nvidia-smi not installed; ``error``: anything else.
+    """
+    text = output.lower()
+    if "driver/library version mismatch" in text:
+        return "mismatch"
+    if rc == 0:
+        return "ok"
+    if rc == 127 or ("not found" in text and "nvidia-smi" in text):
+        return "missing"
+    if "couldn't communicate with the nvidia driver" in text or "no devices were found" in text:
+        return "no_driver"
+    return "error"
+
+
+def loaded_driver_version(proc_version_text: str) -> str:
+    """Version of the loaded kernel module from ``/proc/driver/nvidia/version`` ('' when absent)."""
+    for line in proc_version_text.splitlines():
+        if "Kernel Module" in line:
+            match = _VERSION_RE.search(line)
+            if match:
+                return match.group(1)
+    return ""
