@@ -354,13 +354,11 @@ def kv_layout(spec: ModelSpec, layer_kinds: list[str], tp: int, kv_dtype_bytes: 
         page = per_token * block_size
         full_blocks = math.ceil(max_model_len / block_size)
         per_kind_blocks = {"full": full_blocks, "sliding": math.ceil(sw_tokens / block_size) + 1, "mamba": 1}
-    blocks_per_request = 0
-    needed = 0
-    for kind, n in counts.items():
-        groups = math.ceil(n / group_size)
-        blocks_per_request += groups * per_kind_blocks[kind]
-        needed += n * page * per_kind_blocks[kind]
-    return KvLayout(group_size * page, blocks_per_request, needed, block_size)
+    # Each group draws its blocks from the shared pool, padding included
+    # (kv_cache_utils.py _max_memory_usage_bytes_from_groups).
+    blocks_per_request = sum(math.ceil(n / group_size) * per_kind_blocks[kind] for kind, n in counts.items())
+    bytes_per_block = group_size * page
+    return KvLayout(bytes_per_block, blocks_per_request, bytes_per_block * blocks_per_request, block_size)
 
 
 # --- Validation helpers -------------------------------------------------------------------------
@@ -905,33 +903,40 @@ def _plan_gpu(spec: ModelSpec, gpu: Gpu, prof: Profile, pol: Policy, rules: Vers
     d.reasons.update(sched_d.reasons)
 
     # max_model_len: the user's value must fit one request; otherwise clamp the model's limit to the pool.
-    if "max-model-len" in user:
-        if not chosen.fits_one_request:
+    # The scheduler values feed back (activation, sliding-window blocks), so settle them together.
+    final_len = want_len
+    clamped = False
+    for _ in range(4):
+        seqs, tokens = _scheduler(spec, prof, max(chosen.kv_tokens, 1), gpu, chosen.tp, final_len,
+                                  user, pol.offline, chosen.tp * chosen.pp, None)
+        chosen = _evaluate(spec, gpu, chosen.tp, chosen.pp, util, rules, kv_bytes, act_bytes, dense_bytes, quant,
+                           weights_total_bytes, block_size, final_len, seqs, tokens, eager,
+                           chosen.memory.outside_budget)
+        if chosen.fits_one_request:
+            break
+        if "max-model-len" in user:
             fit_len = chosen.longest_fitting_len(spec, kv_bytes, want_len)
             raise PlanError(f"--max-model-len {want_len} does not fit one request in the KV cache "
-                            f"({chosen.memory.kv_cache / GIB:.2f} GiB per GPU): lower it to at most {fit_len} "
-                            "or add GPUs / raise tensor-parallel-size")
-        d.set("max-model-len", want_len, "set by you; one full-length request fits the predicted KV cache")
-    elif not chosen.fits_one_request:
-        final_len = chosen.longest_fitting_len(spec, kv_bytes, want_len)
+                            f"({max(chosen.memory.kv_cache, 0) / GIB:.2f} GiB per GPU): lower it to at most "
+                            f"{fit_len} or add GPUs / raise tensor-parallel-size")
+        final_len = chosen.longest_fitting_len(spec, kv_bytes, final_len)
         final_len -= final_len % block_size if final_len > block_size else 0
+        clamped = True
         if final_len < min(per_request, model_max):
-            raise PlanError(f"the KV cache ({chosen.memory.kv_cache / GIB:.2f} GiB per GPU) holds only "
+            raise PlanError(f"the KV cache ({max(chosen.memory.kv_cache, 0) / GIB:.2f} GiB per GPU) holds only "
                             f"{final_len} tokens, less than one {prof.name} request: add GPUs or hosts")
-        chosen = _evaluate(spec, gpu, chosen.tp, chosen.pp, util, rules, kv_bytes, act_bytes, dense_bytes,
-                           quant, weights_total_bytes, block_size, final_len, chosen.max_num_seqs,
-                           min(chosen.max_num_batched_tokens, chosen.max_num_seqs * final_len), eager,
-                           chosen.memory.outside_budget)
+    if not chosen.fits_one_request:
+        raise PlanError(f"no max_model_len fits one request in {max(chosen.memory.kv_cache, 0) / GIB:.2f} GiB "
+                        "of KV cache per GPU: add GPUs or hosts")
+    _scheduler(spec, prof, max(chosen.kv_tokens, 1), gpu, chosen.tp, final_len, user, pol.offline,
+               chosen.tp * chosen.pp, d)
+    if "max-model-len" in user:
+        d.set("max-model-len", want_len, "set by you; one full-length request fits the predicted KV cache")
+    elif clamped:
         d.set("max-model-len", final_len, f"model allows {model_max} but one request of that length would not "
               f"fit the KV cache: clamped to {final_len}")
     else:
-        d.set("max-model-len", want_len, f"the model's limit ({model_max}); one full-length request fits")
-
-    seqs, tokens = _scheduler(spec, prof, max(chosen.kv_tokens, 1), gpu, chosen.tp, chosen.max_model_len,
-                              user, pol.offline, chosen.tp * chosen.pp, d)
-    chosen = _evaluate(spec, gpu, chosen.tp, chosen.pp, util, rules, kv_bytes, act_bytes, dense_bytes, quant,
-                       weights_total_bytes, block_size, chosen.max_model_len, seqs, tokens, eager,
-                       chosen.memory.outside_budget)
+        d.set("max-model-len", final_len, f"the model's limit ({model_max}); one full-length request fits")
 
     tp, pp = chosen.tp, chosen.pp
     if forced_tp is not None:
