@@ -243,9 +243,13 @@ class GpuFacts:
                 "use delegate_to: localhost for files on the controller)"
             )
         try:
-            return validate_facts(json.loads(text), f"facts_file {path}")
-        except ValueError as exc:  # json.JSONDecodeError and GpuFactsError are ValueErrors
-            self.fail(f"facts_file {path} is not CONTRACT 1 GPU facts: {exc}")
+            data = json.loads(text)
+        except ValueError as exc:
+            self.fail(f"facts_file {path} is not JSON: {exc}")
+        try:
+            return validate_facts(data, f"facts_file {path} (CONTRACT 1 GPU facts)")
+        except GpuFactsError as exc:
+            self.fail(str(exc))
 
     def probe(self):
         host = self.host()
