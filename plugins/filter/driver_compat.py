@@ -8,7 +8,7 @@ description:
   - Returns a dict C(ok) (bool) and C(msg) (one line) saying whether driver branch I(_input) can run
     an image built for CUDA I(cuda) (R535 → CUDA ≤ 12.2, R575 → 12.9, R580 → 13.x).
   - The same file also provides C(nvidia_driver_packages), C(nvidia_fabricmanager_package),
-    C(nvidia_driver_branch), C(nvidia_smi_state) and C(nvidia_loaded_driver_version); see EXAMPLES.
+    C(nvidia_driver_branch), C(nvidia_cuda_repo_path), C(nvidia_smi_state) and C(nvidia_loaded_driver_version); see EXAMPLES.
 positional: cuda
 options:
   _input:
@@ -75,6 +75,18 @@ def nvidia_fabricmanager_package(branch: Any, driver_version: str) -> str:
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def nvidia_cuda_repo_path(facts: dict[str, Any]) -> str:
+    try:
+        return dc.cuda_repo_path(
+            str(facts.get("distribution", "")),
+            str(facts.get("distribution_major_version", "")),
+            str(facts.get("distribution_version", "")),
+            str(facts.get("architecture", "")),
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def nvidia_driver_branch(value: Any) -> int:
     try:
         return dc.parse_branch(value)
@@ -97,6 +109,7 @@ class FilterModule:
             "nvidia_driver_packages": nvidia_driver_packages,
             "nvidia_fabricmanager_package": nvidia_fabricmanager_package,
             "nvidia_driver_branch": nvidia_driver_branch,
+            "nvidia_cuda_repo_path": nvidia_cuda_repo_path,
             "nvidia_smi_state": nvidia_smi_state,
             "nvidia_loaded_driver_version": nvidia_loaded_driver_version,
         }

@@ -32,7 +32,7 @@ _VERSION_RE = re.compile(r"(\d{3}\.\d+(?:\.\d+)?)")
 
 def parse_branch(value: str | int) -> int:
     """Return the branch number of ``535``, ``"R535"``, ``"535.261.03"`` or ``"535.261.03-1"``."""
-    text = str(value).split("-", 1)[0]
+    text = str(value).split(":", 1)[-1].split("-", 1)[0]  # drop a Debian epoch and revision
     match = _BRANCH_RE.match(text)
     if match is None:
         raise ValueError(f"driver branch {value!r} is not a branch like '535' or a version like '535.261.03'")
@@ -74,7 +74,10 @@ def check_branch_supports_cuda(branch: str | int, cuda: str) -> tuple[bool, str]
     else:
         ok = limit[1] is None or minor <= limit[1]
     if ok:
-        return True, f"driver R{number} supports CUDA up to {format_cuda(limit)}; the image needs {major}.{minor}"
+        return (
+            True,
+            f"driver R{number} supports CUDA up to {format_cuda(limit)}; the image needs {major}.{minor}",
+        )
     newer = [b for b, lim in sorted(BRANCH_MAX_CUDA.items()) if _within(major, minor, lim)]
     hint = f"pin nvidia_driver_branch to {newer[0]} or newer" if newer else "no known branch supports it"
     return False, (
@@ -159,3 +162,15 @@ def loaded_driver_version(proc_version_text: str) -> str:
             if match:
                 return match.group(1)
     return ""
+
+
+def cuda_repo_path(distribution: str, major_version: str, version: str, architecture: str) -> str:
+    """Directory of NVIDIA's CUDA repository for a host: ``debian12/x86_64``, ``ubuntu2204/sbsa``."""
+    arch = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}.get(architecture)
+    if arch is None:
+        raise ValueError(f"architecture {architecture!r} has no CUDA repository (x86_64, aarch64)")
+    if distribution == "Debian":
+        return f"debian{major_version}/{arch}"
+    if distribution == "Ubuntu":
+        return f"ubuntu{version.replace('.', '')}/{arch}"
+    raise ValueError(f"distribution {distribution!r} is not supported (Debian, Ubuntu)")

@@ -88,7 +88,9 @@ def test_apply_handler_runs_sysctl_when_enabled(converge_playbook):
     run = run_playbook(play, "-e", '{"host_tuning_apply": true}')
     assert run.rc != 0
     assert "Apply kernel parameters now" in run.output
-    assert re.search(r"Read-only file system|permission denied", run.output, re.IGNORECASE), run.output[-3000:]
+    assert re.search(r"Read-only file system|permission denied", run.output, re.IGNORECASE), run.output[
+        -3000:
+    ]
 
 
 def test_apply_disabled_reports_next_boot(converge_playbook):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 from conftest import project_dir, run_playbook
 

@@ -1,0 +1,59 @@
+"""provision_fleet verifier: three hosts, one run; --check changes nothing; a host that dies mid-run
+fails alone and the summary names it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import RECAP_RE, parse_recap, project_dir, run_playbook
+
+HOSTS = ["vf-prov-fleet-1", "vf-prov-fleet-2", "vf-prov-fleet-3"]
+PLAYBOOK = project_dir() / "playbooks" / "provision.yml"
+
+
+def test_every_host_provisioned(host):
+    cfg = json.loads(host.file("/etc/docker/daemon.json").content_string)
+    assert cfg["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+    assert host.service("docker").is_enabled
+    assert "vm.overcommit_memory = 1" in host.file("/etc/sysctl.d/60-vllm-fleet.conf").content_string
+    # CPU-lane hosts: the driver role was skipped
+    assert not host.package("nvidia-driver").is_installed
+
+
+def test_check_mode_on_converged_fleet_changes_nothing():
+    run = run_playbook(PLAYBOOK, "--check")
+    assert run.rc == 0, run.output[-3000:]
+    assert sorted(run.recap) == HOSTS
+    for name, counts in run.recap.items():
+        assert counts["changed"] == 0, f"{name}: {counts}"
+    assert "Provisioned 3 of 3 hosts; failed or unreachable: none" in run.output
+
+
+def test_host_dying_mid_run_fails_alone():
+    """Last test: kills vf-prov-fleet-2 when the run reaches host_tuning (all hosts in one batch)."""
+    inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
+    cmd = ["ansible-playbook", "-i", str(inventory), str(PLAYBOOK), "-e", '{"provision_serial": 3}']
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    killed = False
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if not killed and line.startswith("TASK [vllm_fleet.fleet.host_tuning"):
+            subprocess.run(["docker", "kill", "vf-prov-fleet-2"], check=True, capture_output=True)
+            killed = True
+    proc.wait(timeout=600)
+    output = "".join(lines)
+    assert killed, output[-3000:]
+    recap = parse_recap(output)
+    assert RECAP_RE.search(output), output[-3000:]
+    assert proc.returncode != 0  # a host failed: the run says so in its exit status
+    for name in ("vf-prov-fleet-1", "vf-prov-fleet-3"):
+        assert recap[name]["failed"] == 0 and recap[name]["unreachable"] == 0, f"{name}: {recap[name]}"
+    dead = recap["vf-prov-fleet-2"]
+    assert dead["failed"] + dead["unreachable"] >= 1, dead
+    assert "Provisioned 2 of 3 hosts; failed or unreachable: vf-prov-fleet-2" in output, output[-3000:]
