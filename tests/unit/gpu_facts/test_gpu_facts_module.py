@@ -240,3 +240,35 @@ def test_unknown_option_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     result = run(capsys, require_gpus=True)
     assert result["failed"] is True
     assert "require_gpus" in result["msg"]
+
+
+# ----------------------------------------------------------------------------- documentation
+
+
+def test_documentation_matches_the_argument_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    yaml = pytest.importorskip("yaml")
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    captured: dict[str, Any] = {}
+
+    def fake_init(
+        self: AnsibleModule, argument_spec: dict[str, Any], supports_check_mode: bool = False
+    ) -> None:
+        captured.update(spec=argument_spec, check_mode=supports_check_mode)
+
+    monkeypatch.setattr(AnsibleModule, "__init__", fake_init)
+    module.build_module()
+    spec = captured["spec"]
+    assert captured["check_mode"] is True
+    assert doc["module"] == "gpu_facts"
+    assert doc["attributes"]["check_mode"]["support"] == "full"
+    assert sorted(doc["options"]) == sorted(spec)
+    for name, option in doc["options"].items():
+        assert option["type"] == spec[name]["type"]
+        assert option.get("default") == spec[name].get("default")
+    examples = yaml.safe_load(module.EXAMPLES)
+    assert all("vllm_fleet.fleet.gpu_facts" in task or "ansible.builtin.debug" in task for task in examples)
+    returned = yaml.safe_load(module.RETURN)
+    contract = set(returned["ansible_facts"]["contains"]["gpu"]["contains"])
+    assert contract == set(load_json("h200x2", "expected_facts.json"))
+    source = Path(module.__file__).read_text(encoding="utf-8")
+    assert source.index("RETURN = ") < source.index("\nimport ")
