@@ -146,7 +146,7 @@ def format_plan(result: dict[str, Any]) -> str:
         if key == "model":
             continue
         value = result["engine_args"].get(key, "(default)")
-        lines.append(f"--{key}".ljust(width) + f" {str(value):>12}  {result['reasons'].get(key, '')}")
+        lines.append(f"--{key}".ljust(width) + f" {value!s:>12}  {result['reasons'].get(key, '')}")
     pred = result["prediction"]
     lines += ["", f"memory per {'GPU' if gpu else 'host'} (GiB):"] + ["  " + x for x in _bar(result["memory_gib"])]
     par = result["parallel"]

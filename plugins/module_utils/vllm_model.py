@@ -8,6 +8,7 @@ Standard library only, no I/O: the caller reads the files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 
@@ -194,31 +195,31 @@ def _quantization(cfg: dict[str, Any]) -> Quantization:
         raise ModelConfigError("config.json 'quantization_config' must be an object")
     method = str(q.get("quant_method", "")).lower().replace("_", "-")
     if method in ("awq", "gptq"):
-        bits = int(q.get("bits", q.get("w_bit", 4)))
-        group = int(q.get("group_size", q.get("q_group_size", 128)) or 0)
-        return Quantization(method, float(bits), max(group, 0))
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
+        group_size = int(q.get("group_size", q.get("q_group_size", 128)) or 0)
+        return Quantization(method, float(bits), max(group_size, 0))
     if method == "fp8":
         block = bool(q.get("weight_block_size"))
         return Quantization("fp8", 8.0, 0, block_fp8=block)
     if method == "mxfp4":
         return Quantization("mxfp4", 4.25, 32, experts_only=True)
     if method == "compressed-tensors":
-        bits, scheme = 8.0, "w8a8-int8"
+        scheme = "w8a8-int8"
         groups = q.get("config_groups") or {}
-        for group in groups.values():
-            w = (group or {}).get("weights") or {}
-            a = (group or {}).get("input_activations") or {}
-            bits = float(w.get("num_bits", 8))
+        for entry in groups.values():
+            w = (entry or {}).get("weights") or {}
+            a = (entry or {}).get("input_activations") or {}
+            num_bits = float(w.get("num_bits", 8))
             wtype = str(w.get("type", "int"))
-            if bits <= 4:
+            if num_bits <= 4:
                 scheme = "nvfp4" if wtype == "float" else ("wna16" if not a else "w4a8-fp8")
             elif wtype == "float":
                 scheme = "w8a8-fp8"
             else:
                 scheme = "w8a8-int8" if a else "wna16"
             group_size = int(w.get("group_size") or 0)
-            return Quantization("compressed-tensors", bits, group_size, scheme=scheme)
-        return Quantization("compressed-tensors", bits, 0, scheme=scheme)
+            return Quantization("compressed-tensors", num_bits, group_size, scheme=scheme)
+        return Quantization("compressed-tensors", 8.0, 0, scheme=scheme)
     if method in ("bitsandbytes", "gguf"):
         return Quantization(method, 4.0)
     return Quantization(method or "unknown", 8.0)
@@ -344,40 +345,49 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
     )
 
 
+@lru_cache(maxsize=4096)
 def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
-                          quant: Quantization | None = None) -> list[int]:
+                          quant: Quantization | None = None) -> tuple[int, ...]:
     """Weight bytes on one GPU of each pipeline stage (max is what matters).
 
     Linear layers use the quantization's bytes per parameter; embeddings and lm_head stay in the
-    checkpoint dtype; MLA latent projections and routers are replicated across TP ranks.
+    checkpoint dtype; MLA latent projections and routers are replicated across TP ranks. Layers of the
+    same kind weigh the same, so each kind is computed once and multiplied by its count per stage.
     """
     q = quant or spec.quantization
     lin = q.linear_bytes_per_param(dense_bytes)
-    expert_b = lin
     attn_b = dense_bytes if q.experts_only else lin
     dense_mlp_b = dense_bytes if q.experts_only else lin
-    layers = stage_layers(spec.num_layers, pp)
+
+    def layer_bytes(kind: str, layer: int) -> float:
+        if kind == "mamba":
+            total = spec.mamba_params_per_layer(tp) * attn_b
+        else:
+            split, repl = spec.attention_params_per_layer(tp)
+            total = (split + repl) * attn_b
+        experts, dense = spec.mlp_params_per_layer(layer, tp)
+        return total + experts * lin + dense * dense_mlp_b + 2 * spec.hidden_size * dense_bytes  # + norms
+
+    cache: dict[tuple[str, bool], float] = {}
+    per_layer: list[float] = []
+    for layer, kind in enumerate(spec.layer_kinds):
+        key = (kind, spec.is_moe and layer >= spec.dense_layers)
+        if key not in cache:
+            cache[key] = layer_bytes(kind, layer)
+        per_layer.append(cache[key])
+    emb, head = spec.embedding_params(tp)
+    counts = stage_layers(spec.num_layers, pp)
     result: list[int] = []
     start = 0
-    for s, count in enumerate(layers):
-        total = 0.0
-        for layer in range(start, start + count):
-            if spec.layer_kinds[layer] == "mamba":
-                total += spec.mamba_params_per_layer(tp) * attn_b
-            else:
-                split, repl = spec.attention_params_per_layer(tp)
-                total += (split + repl) * attn_b
-            experts, dense = spec.mlp_params_per_layer(layer, tp)
-            total += experts * expert_b + dense * dense_mlp_b
-            total += 2 * spec.hidden_size * dense_bytes  # norms
-        emb, head = spec.embedding_params(tp)
+    for s, count in enumerate(counts):
+        total = sum(per_layer[start:start + count])
         if s == 0:
             total += emb * dense_bytes + spec.vision_params / tp * dense_bytes
-        if s == len(layers) - 1:
+        if s == len(counts) - 1:
             total += (head if head else (emb if pp > 1 else 0.0)) * dense_bytes
         result.append(int(total))
         start += count
-    return result
+    return tuple(result)
 
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .vllm_hardware import (
@@ -185,10 +186,10 @@ def gpu_from_facts(facts: dict[str, Any]) -> Gpu | None:
         cuda = facts.get("cuda_version")
     else:
         visible = None
-        name = facts.get("gpu_name") or facts.get("gpu")
-        if not name or int(facts.get("gpu_count", 0) or 0) == 0 and not facts.get("gpu"):
+        raw_name = facts.get("gpu_name") or facts.get("gpu")
+        if not raw_name or (int(facts.get("gpu_count", 0) or 0) == 0 and not facts.get("gpu")):
             return None
-        name = str(name)
+        name = str(raw_name)
         mem = facts.get("gpu_memory_mib")
         cc = facts.get("compute_capability")
         count = _int(facts.get("gpu_count", 1) or 1, "gpu_count")
@@ -319,8 +320,26 @@ class KvLayout:
     block_size: int
 
 
-def kv_layout(spec: ModelSpec, layer_kinds: list[str], tp: int, kv_dtype_bytes: int, block_size: int,
-              max_model_len: int, in_flight_tokens: int) -> KvLayout:
+def kind_counts(layer_kinds: tuple[str, ...] | list[str]) -> tuple[tuple[str, int], ...]:
+    """Layer kinds -> ((kind, count), ...) in first-seen order."""
+    counts: dict[str, int] = {}
+    for kind in layer_kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    return tuple(counts.items())
+
+
+@lru_cache(maxsize=1024)
+def _stage_kind_counts(layer_kinds: tuple[str, ...], pp: int) -> tuple[tuple[tuple[str, int], ...], ...]:
+    result = []
+    start = 0
+    for count in stage_layers(len(layer_kinds), pp):
+        result.append(kind_counts(layer_kinds[start:start + count]))
+        start += count
+    return tuple(result)
+
+
+def kv_layout(spec: ModelSpec, layer_counts: tuple[tuple[str, int], ...], tp: int, kv_dtype_bytes: int,
+              block_size: int, max_model_len: int, in_flight_tokens: int) -> KvLayout:
     """Bytes per block and blocks one max-length request needs, for the layers on one GPU.
 
     Uniform models form one group (bytes_per_block = sum of layer pages). Hybrid models bucket layers by
@@ -328,9 +347,7 @@ def kv_layout(spec: ModelSpec, layer_kinds: list[str], tp: int, kv_dtype_bytes: 
     into groups of that size; bytes_per_block = group_size x page (kv_cache_utils.py:1362-1551).
     """
     attn_page = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes) * block_size
-    counts: dict[str, int] = {}
-    for kind in layer_kinds:
-        counts[kind] = counts.get(kind, 0) + 1
+    counts = dict(layer_counts)
     full_blocks = math.ceil(max_model_len / block_size)
     sw_tokens = min(spec.sliding_window - 1 + in_flight_tokens, max_model_len) if spec.sliding_window else 0
     sw_blocks = math.ceil(sw_tokens / block_size) + 1 if spec.sliding_window else 0
@@ -395,9 +412,8 @@ def normalise_engine_args(engine_args: dict[str, Any] | None, rules: VersionRule
             if not 0.0 < value <= 1.0:
                 raise PlanError(f"--gpu-memory-utilization must be in (0, 1], not {value}: it is a fraction "
                                 "of each GPU's memory")
-        elif key == "enforce-eager":
-            if not isinstance(value, bool):
-                raise PlanError(f"--enforce-eager is a switch (true/false), not {value!r}")
+        elif key == "enforce-eager" and not isinstance(value, bool):
+            raise PlanError(f"--enforce-eager is a switch (true/false), not {value!r}")
         result[key] = value
     return result
 
@@ -544,7 +560,7 @@ class _Candidate:
     max_num_seqs: int
     max_num_batched_tokens: int
     fits_one_request: bool
-    layer_kinds: list[str] = field(default_factory=list)  # layers on the limiting GPU
+    layer_counts: tuple[tuple[str, int], ...] = ()  # layer kinds on the limiting GPU
     in_flight: int = 0
 
     def longest_fitting_len(self, spec: ModelSpec, kv_dtype_bytes: int, upper: int) -> int:
@@ -552,7 +568,7 @@ class _Candidate:
         low, high = 0, upper
         while low < high:
             mid = (low + high + 1) // 2
-            need = kv_layout(spec, self.layer_kinds, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
+            need = kv_layout(spec, self.layer_counts, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
                              self.in_flight).needed_bytes_per_request
             if need <= max(self.memory.kv_cache, 0):
                 low = mid
@@ -605,7 +621,7 @@ def plan(
     if spec.mla and gpu is None:
         d.warnings.append("MLA on CPU uses the reference backend (block size 16)")
 
-    dtype, act_bytes = _choose_dtype(spec, gpu, user.get("dtype"), d)
+    _dtype, act_bytes = _choose_dtype(spec, gpu, user.get("dtype"), d)
     quant = _check_quantization(spec, gpu, user.get("quantization"), rules, d)
     kv_choice = _kv_dtype(spec, gpu, user.get("kv-cache-dtype"), d)
     kv_bytes = act_bytes if kv_choice == -1 else kv_choice
@@ -645,7 +661,7 @@ def _policy(raw: dict[str, Any]) -> Policy:
 
 def _weights(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization,
              weights_total_bytes: int | None) -> list[int]:
-    per_stage = weights_bytes_per_gpu(spec, tp, pp, dense_bytes, quant)
+    per_stage = list(weights_bytes_per_gpu(spec, tp, pp, dense_bytes, quant))
     if weights_total_bytes:
         # Scale the architecture's split to the checkpoint's real size (safetensors index total_size).
         arch_total = sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant))
@@ -706,18 +722,17 @@ def _evaluate(spec: ModelSpec, gpu: Gpu, tp: int, pp: int, util: float, rules: V
     budget = math.ceil(total * util)
     weights = _weights(spec, tp, pp, dense_bytes, quant, weights_total_bytes)
     layers = stage_layers(spec.num_layers, pp)
+    stage_counts = _stage_kind_counts(spec.layer_kinds, pp)
     world = tp * pp
     non_torch = NON_TORCH_BASE + (NON_TORCH_MULTI_GPU if world > 1 else 0)
     if rules.version < (0, 7, 0):
         non_torch += CUDA_CONTEXT_MIB * MIB  # 0.6.x measured non-torch memory from before the CUDA context
     async_sched = pp == 1
     in_flight = (2 if async_sched else pp) * tokens
-    start = 0
     num_blocks_min: int | None = None
-    limiting: tuple[Memory, KvLayout, list[str]] | None = None
+    limiting: tuple[Memory, KvLayout, tuple[tuple[str, int], ...]] | None = None
     for s, count in enumerate(layers):
-        kinds = list(spec.layer_kinds[start:start + count])
-        start += count
+        kinds = stage_counts[s]
         ep = spec.is_moe and tp * pp > 1
         act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, act_bytes, ep)
         cg = 0 if eager else cuda_graph_bytes(spec, count, seqs, gpu.compute_capability)
@@ -1016,8 +1031,8 @@ def _plan_cpu(spec: ModelSpec, facts: dict[str, Any], prof: Profile, pol: Policy
     if "max-model-len" in user and int(user["max-model-len"]) > model_max:
         raise PlanError(f"--max-model-len {user['max-model-len']} is above the model's limit of {model_max} tokens: lower it")
     want_len = int(user.get("max-model-len", model_max))
-    seqs_guess, tokens_guess = _scheduler(spec, prof, 10**9, None, 1, want_len, user, pol.offline, 1, None)
-    layout = kv_layout(spec, list(spec.layer_kinds), 1, kv_bytes, block_size, want_len, tokens_guess)
+    _seqs_guess, tokens_guess = _scheduler(spec, prof, 10**9, None, 1, want_len, user, pol.offline, 1, None)
+    layout = kv_layout(spec, kind_counts(spec.layer_kinds), 1, kv_bytes, block_size, want_len, tokens_guess)
     if layout.needed_bytes_per_request > kv:
         fit_len = int(kv // (layout.bytes_per_block / layout.block_size)) // block_size * block_size
         if "max-model-len" in user:
@@ -1030,7 +1045,7 @@ def _plan_cpu(spec: ModelSpec, facts: dict[str, Any], prof: Profile, pol: Policy
     else:
         d.set("max-model-len", want_len, f"the model's limit ({model_max}); one full-length request fits")
     num_blocks = kv // layout.bytes_per_block
-    layout = kv_layout(spec, list(spec.layer_kinds), 1, kv_bytes, block_size, want_len, tokens_guess)
+    layout = kv_layout(spec, kind_counts(spec.layer_kinds), 1, kv_bytes, block_size, want_len, tokens_guess)
     concurrency = num_blocks / layout.blocks_per_request
     kv_tokens = int(concurrency * want_len)
     seqs, tokens = _scheduler(spec, prof, kv_tokens, None, 1, want_len, user, pol.offline, 1, d)
