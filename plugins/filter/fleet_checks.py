@@ -14,6 +14,7 @@ description:
   - C(fleet_sku_groups) returns the C(gpu_*)/C(cpu_*) groups among a host's groups.
   - C(fleet_load_facts) parses a recorded facts file's text (raises a one-line error when it is not JSON).
   - C(fleet_plan_options) builds the keyword options for C(vllm_fleet.fleet.vllm_plan) from the variables.
+  - C(fleet_try_plan) calls C(vllm_fleet.fleet.vllm_plan) and returns C({plan, error}) instead of raising.
   - C(fleet_port_map) keeps the variables that hold ports (name -> value, undefined ones dropped).
   - Every filter returns a list of one-line messages; an empty list means all good.
 options:
@@ -98,14 +99,42 @@ def fleet_load_facts(text: Any, host: str, path: str = "") -> Any:
                                  "re-record them with the gpu_facts module") from None
 
 
-def fleet_plan_options(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """profile, vllm_version and the pinned engine args, as keyword options for vllm_plan."""
-    opts: dict[str, Any] = dict(variables.get("vllm_fleet_engine_args") or {})
-    for key in ("profile", "vllm_version"):
+def fleet_plan_options(variables: Mapping[str, Any], records: Mapping[str, Any] | None = None,
+                       host: str = "") -> dict[str, Any]:
+    """Keyword options for vllm_plan from the host's vllm_fleet_* variables.
+
+    A host in a multi-node group gets ``policy.max_nodes`` = the group's size unless the policy sets it.
+    """
+    opts: dict[str, Any] = {}
+    for key in ("profile", "vllm_version", "engine_args", "extra_args", "policy", "served_model_path"):
         value = variables.get(f"vllm_fleet_{key}")
         if value is not None:
             opts[key] = value
+    group = (records or {}).get(host, {}).get("multinode_group") if records else None
+    if group:
+        size = sum(1 for rec in (records or {}).values() if rec.get("multinode_group") == group)
+        policy = dict(opts.get("policy") or {})
+        policy.setdefault("max_nodes", size)
+        opts["policy"] = policy
     return opts
+
+
+def fleet_try_plan(facts: Any, model: Any, host: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Call vllm_fleet.fleet.vllm_plan; return {"plan": plan, "error": None} or {"plan": None, "error": msg}.
+
+    Preflight asserts on ``error`` so the message reads "<host>: <what to change>" instead of a traceback-like
+    chain of template errors.
+    """
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.vllm_plan import vllm_plan
+
+    try:
+        return {"plan": vllm_plan(facts, model, **dict(options or {})), "error": None}
+    except AnsibleFilterError as exc:
+        message = str(exc.message if hasattr(exc, "message") else exc)
+        message = message.removeprefix("vllm_plan: ")
+        return {"plan": None, "error": f"{host}: {message}"}
+    except TypeError as exc:  # an option the planner does not take (a contract mismatch)
+        return {"plan": None, "error": f"{host}: vllm_plan rejected the options: {exc}"}
 
 
 def fleet_port_map(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,5 +165,6 @@ class FilterModule:
             "fleet_load_facts": fleet_load_facts,
             "fleet_plan_options": fleet_plan_options,
             "fleet_port_map": fleet_port_map,
+            "fleet_try_plan": fleet_try_plan,
             "fleet_port_variables": fleet_port_variables,
         }

@@ -118,6 +118,8 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_vllm_version": "str",
     "vllm_fleet_engine_args": "dict",
     "vllm_fleet_extra_args": "list",
+    "vllm_fleet_policy": "dict",
+    "vllm_fleet_served_model_path": "str",
     "vllm_fleet_env": "dict",
     "vllm_fleet_port_variables": "list",
     "vllm_fleet_api_key": "secret",
@@ -128,7 +130,6 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_sku_match": "str",
     "vllm_fleet_artifacts_dir": "str",
     "vllm_fleet_report": "bool",
-    "vllm_fleet_gpu_facts_options": "dict",
     # Facts preflight itself sets (allowed to exist on a re-run inside one ansible-playbook process).
     "vllm_fleet_plan": "any",
     "vllm_fleet_facts": "any",
@@ -299,7 +300,10 @@ def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequ
         errors.append(f"{host}: vllm_fleet_model must be a path (model directory or config.json), "
                       f"got {_type_name(model)} {model!r}")
 
-    for name in ("vllm_fleet_profile", "vllm_fleet_multinode_group", "vllm_fleet_recorded_facts_dir",
+    if "vllm_fleet_policy" in variables and not isinstance(variables["vllm_fleet_policy"], Mapping):
+        errors.append(f"{host}: vllm_fleet_policy must be a dict (e.g. {{max_nodes: 2}}), "
+                      f"got {_type_name(variables['vllm_fleet_policy'])}")
+    for name in ("vllm_fleet_multinode_group", "vllm_fleet_served_model_path", "vllm_fleet_recorded_facts_dir",
                  "vllm_fleet_sku_match", "vllm_fleet_artifacts_dir"):
         if name in variables and variables[name] is not None and not isinstance(variables[name], str):
             errors.append(f"{host}: {name} must be a string, got {_type_name(variables[name])}")

@@ -162,6 +162,7 @@ body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;width:100%}
 th,td{border:1px solid #ccc;padding:4px 6px;vertical-align:top;text-align:left;font-size:13px}
 th{background:#eee}
+td:first-child{white-space:nowrap}
 code.flag{display:inline-block;background:#f6f8fa;border:1px solid #ddd;border-radius:3px;margin:1px;
 padding:0 3px;cursor:help}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -253,7 +254,7 @@ def render_markdown(records: Mapping[str, Mapping[str, Any]], title: str = "vllm
 
 def summary_lines(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """A short fixed-width table for the end of the play."""
-    header = ("host", "sku", "gpus", "tp x pp", "kv tokens", "max conc")
+    header = ("host", "sku", "gpus", "tp x pp", "kv tokens", "conc")
     rows = [header]
     for h in sorted(records):
         r = _row_data(h, records[h])

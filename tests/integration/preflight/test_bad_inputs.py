@@ -1,0 +1,89 @@
+"""The bad-input catalogue: each case runs `ansible-playbook site.yml` against a small inventory under
+tests/fixtures/preflight/cases/<case>/ and must stop in preflight with a message that names the host and
+says what to change, with NO task reporting `changed` on any host and no later stage started.
+
+All cases run once, concurrently, in a module fixture (each is still its own test); they need no Docker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests/fixtures/preflight"
+
+pytestmark = pytest.mark.integration
+
+# case -> (host in the play, regex the one-line message matches; it names the host and what to change).
+CATALOGUE: dict[str, tuple[str, str]] = {
+    "model_too_large": ("t4-a", r"t4-a: the model does not fit: .*Tesla T4 needs [\d.]+ GiB before any KV cache"),
+    "tp_not_dividing_heads": ("l40s-a", r"l40s-a: --tensor-parallel-size 3 does not divide the model's 64 attention heads"),
+    "bf16_on_t4": ("t4-a", r"t4-a: --dtype bfloat16 needs compute capability 8\.0\+, Tesla T4 is 7\.5"),
+    "fp8_kv_on_t4": ("t4-a", r"t4-a: --kv-cache-dtype fp8 has no attention backend on Tesla T4"),
+    "max_model_len_beyond_model": ("h200-a", r"h200-a: --max-model-len 1000000 is above the model's limit of 131072"),
+    "malformed_config": ("h200-a", r"h200-a: \S*models/malformed/config\.json' is not valid JSON"),
+    "unknown_model_path": ("h200-a", r"model path \S*no-such-model does not exist on the controller"),
+    "nvidia_smi_garbage": ("localhost", r"not the CSV.*line 1 has 1 columns, expected 15"),
+    "two_sku_groups": ("h200-a", r"h200-a: is in 2 SKU groups \(gpu_h100, gpu_h200\)"),
+    "multinode_mixed_gpus": ("a100-a", r"multi-node group big: mixed GPUs \(a100-a: 8x NVIDIA A100-SXM4-80GB"),
+    "duplicate_port": ("h200-a", r"h200-a: port 8000 is used by both vllm_lb_port and vllm_serve_port"),
+    "missing_api_key": ("h200-a", r"h200-a: the API-key secret vllm_fleet_api_key is missing"),
+    "string_for_number": ("h200-a", r"h200-a: vllm_fleet_engine_args\.max_num_seqs must be an integer, got string '256'"),
+    "gpu_memory_utilization_1_5": ("h200-a", r"h200-a: vllm_fleet_engine_args\.gpu_memory_utilization = 1\.5 is out of range"),
+    "removed_flag_worker_use_ray": ("h200-a", r"h200-a: vllm_fleet_extra_args has --worker-use-ray, which vLLM 0\.32 rejects"),
+    "removed_variable_max_paddings": ("h200-a", r"h200-a: variable vllm_max_paddings is no longer used"),
+    "typo_variable": ("h200-a", r"unknown variable vllm_fleet_gpu_memory_utilisation"),
+    "driver_too_old": ("t4-old", r"t4-old: No vLLM image runs on driver 535\.261\.03"),
+    "sku_mismatch": ("h200-a", r"h200-a: is in gpu_h100 \(expects a GPU matching 'H100'\) but discovery found NVIDIA H200"),
+    "removed_env_var": ("h200-a", r"h200-a: vllm_fleet_env\.VLLM_USE_V1 is unknown to vLLM 0\.32"),
+}
+
+
+def _env(case: str) -> dict[str, str]:
+    if case == "nvidia_smi_garbage":
+        return {"PATH": f"{ROOT / 'tests/fixtures/gpu/bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                "FAKE_NVIDIA_SMI_FIXTURE": str(ROOT / "tests/fixtures/gpu/garbage")}
+    return {}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, playbook: Callable[..., Any]) -> dict[str, tuple[Any, Path]]:
+    base = tmp_path_factory.mktemp("preflight-cases")
+
+    def one(case: str) -> tuple[str, tuple[Any, Path]]:
+        artifacts = base / case / "artifacts"
+        run = playbook("site.yml", FIXTURES / "cases" / case / "hosts.yml", artifacts, _env(case))
+        return case, (run, artifacts)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(pool.map(one, sorted(CATALOGUE)))
+
+
+def test_catalogue_is_complete() -> None:
+    on_disk = {p.name for p in (FIXTURES / "cases").iterdir() if (p / "hosts.yml").is_file()}
+    assert on_disk == set(CATALOGUE)
+    assert len(CATALOGUE) >= 15
+
+
+@pytest.mark.parametrize("case", sorted(CATALOGUE))
+def test_bad_input_stops_in_preflight(case: str, runs: dict[str, tuple[Any, Path]]) -> None:
+    run, artifacts = runs[case]
+    host, pattern = CATALOGUE[case]
+    context = f"\n--- ansible-playbook output ({case}) ---\n{run.output[-6000:]}"
+    assert run.rc != 0, "preflight accepted bad input" + context
+    assert re.search(pattern, run.flat), f"message /{pattern}/ not found" + context
+    assert host in run.recap, f"{host} not in the play" + context
+    assert any(r["failed"] for r in run.recap.values()), context
+    # Nothing changed on any host; no later stage started; no report written.
+    assert run.recap, "no PLAY RECAP" + context
+    assert all(r["changed"] == 0 for r in run.recap.values()), f"a task changed something: {run.recap}" + context
+    assert run.plays and all(p.startswith("Preflight") for p in run.plays), f"plays run: {run.plays}" + context
+    assert "Traceback" not in run.output, context
+    assert not artifacts.exists()

@@ -1,0 +1,191 @@
+"""Preflight on the example mixed fleet from recorded facts (no host is contacted), the report it writes,
+and the report opened in headless Chromium through chromedriver (WebDriver over 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "inventories/example"
+HOSTS = ["h100-01", "h100-02", "h200-01", "l40s-01", "t4-01"]
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory: pytest.TempPathFactory, playbook: Callable[..., Any]) -> tuple[Any, Path]:
+    artifacts = tmp_path_factory.mktemp("example") / "artifacts"
+    run = playbook("playbooks/preflight.yml", EXAMPLE, artifacts,
+                   {"VLLM_FLEET_API_KEY": "example-fleet-test-key-7c1d"},
+                   ["-e", f"vllm_fleet_recorded_facts_dir={EXAMPLE / 'recorded_facts'}"])
+    return run, artifacts / "fleet-plan"
+
+
+def test_preflight_plans_the_whole_fleet(example_run: tuple[Any, Path]) -> None:
+    run, report = example_run
+    assert run.rc == 0, run.output[-6000:]
+    assert sorted(run.recap) == HOSTS
+    assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in run.recap.values())
+    plans = json.loads((report / "plans.json").read_text())
+    assert sorted(plans) == HOSTS
+    # The multi-node group plans one TP 8 x PP 2 instance over both H100 nodes.
+    for host in ("h100-01", "h100-02"):
+        par = plans[host]["plan"]["parallel"]
+        assert (par["tensor_parallel_size"], par["pipeline_parallel_size"], par["nodes"]) == (8, 2, 2)
+    # The T4 never gets bf16 (sm75), whatever the checkpoint says.
+    assert "bfloat16" not in json.dumps(plans["t4-01"]["plan"]["engine_args"])
+    for host in HOSTS:
+        assert plans[host]["plan"]["prediction"]["kv_cache_tokens"] > 0
+    # The summary table printed at the end of the play.
+    assert "tp x pp" in run.output and "8x2" in run.output
+
+
+def test_report_files(example_run: tuple[Any, Path]) -> None:
+    _, report = example_run
+    html = (report / "index.html").read_text()
+    md = (report / "README.md").read_text()
+    for host in HOSTS:
+        assert f'id="host-{host}"' in html
+        assert f"(memory/{host}.svg)" in md
+        assert (report / "memory" / f"{host}.svg").read_text().startswith("<svg")
+    assert "VLLM_FLEET_API_KEY" not in html and "example-fleet-test-key" not in (report / "plans.json").read_text()
+
+
+def test_rerun_changes_nothing(example_run: tuple[Any, Path], playbook: Callable[..., Any]) -> None:
+    """The report is deterministic: a second preflight on the same fleet reports changed=0 everywhere."""
+    _, report = example_run
+    run = playbook("playbooks/preflight.yml", EXAMPLE, report.parent,
+                   {"VLLM_FLEET_API_KEY": "example-fleet-test-key-7c1d"},
+                   ["-e", f"vllm_fleet_recorded_facts_dir={EXAMPLE / 'recorded_facts'}"])
+    assert run.rc == 0, run.output[-4000:]
+    assert all(r["changed"] == 0 for r in run.recap.values()), run.recap
+
+
+# ---- headless Chromium -------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wd(base: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())["value"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Callable[..., Any]]:
+    driver, chromium = shutil.which("chromedriver"), shutil.which("chromium")
+    if not driver or not chromium:
+        pytest.fail("chromium/chromedriver missing: run scripts/testbed/70-chromium.sh (make testbed)")
+    port = _free_port()
+    proc = subprocess.Popen([driver, f"--port={port}", "--allowed-ips=127.0.0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                _wd(base, "GET", "/status")
+                break
+            except OSError:
+                time.sleep(0.1)
+        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000", "--no-proxy-server"]}}}}
+        session = _wd(base, "POST", "/session", caps)["sessionId"]
+
+        def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+            return _wd(base, method, f"/session/{session}{path}", body)
+
+        yield call
+        call("DELETE", "")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_report_renders_in_chromium(example_run: tuple[Any, Path], browser: Callable[..., Any]) -> None:
+    _, report = example_run
+    browser("POST", "/url", {"url": (report / "index.html").as_uri()})
+    assert browser("GET", "/title") == "vllm-fleet plan"
+    found = browser("POST", "/execute/sync", {"args": [], "script": """
+        const rows = [...document.querySelectorAll('#fleet tbody tr')];
+        return rows.map(r => {
+          const svg = r.querySelector('svg.membar');
+          const box = svg ? svg.getBoundingClientRect() : null;
+          const segs = svg ? [...svg.querySelectorAll('rect.seg')].map(s => s.getBoundingClientRect().width) : [];
+          const kv = svg ? svg.querySelector('rect.seg-kv_cache') : null;
+          return {id: r.id, w: box && box.width, h: box && box.height, visible: !!(box && box.width > 0),
+                  segs: segs, kv: kv ? getComputedStyle(kv).fill : null,
+                  flags: r.querySelectorAll('code.flag[title]').length,
+                  text: r.innerText};
+        });"""})
+    assert [r["id"] for r in found] == [f"host-{h}" for h in HOSTS]
+    for row in found:
+        assert row["visible"] and row["w"] >= 300 and row["h"] >= 20, row
+        assert len(row["segs"]) >= 2 and sum(row["segs"]) == pytest.approx(360, abs=2), row
+        assert row["kv"] in ("rgb(89, 161, 79)", "#59a14f"), row   # the KV-cache segment is painted
+        assert row["flags"] >= 1, row
+    # A screenshot really has the chart's colours in it (PNG decoded with the standard library).
+    png = browser("GET", "/screenshot")
+    assert _has_colour(png, (0x59, 0xA1, 0x4F)) and _has_colour(png, (0x4E, 0x79, 0xA7))
+
+
+def _has_colour(png_b64: str, rgb: tuple[int, int, int]) -> bool:
+    import base64
+    import struct
+    import zlib
+
+    data = base64.b64decode(png_b64)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, ctype = 8, b"", 0, 0, 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, _, ctype = struct.unpack(">IIBB", chunk[:10])
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    bpp = 4 if ctype == 6 else 3
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    prev = bytearray(stride)
+    i = 0
+    for _ in range(height):
+        ftype, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], (prev[x - bpp] if x >= bpp else 0)
+            if ftype == 1:
+                line[x] = (line[x] + a) & 0xFF
+            elif ftype == 2:
+                line[x] = (line[x] + b) & 0xFF
+            elif ftype == 3:
+                line[x] = (line[x] + (a + b) // 2) & 0xFF
+            elif ftype == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        for x in range(0, stride, bpp):
+            if abs(line[x] - rgb[0]) <= 3 and abs(line[x + 1] - rgb[1]) <= 3 and abs(line[x + 2] - rgb[2]) <= 3:
+                return True
+        prev = line
+    return False
