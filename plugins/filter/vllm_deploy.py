@@ -94,11 +94,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _call(name: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+def _call(filter_name: str, func: Any, /, *args: Any, **kwargs: Any) -> Any:
     try:
         return func(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
     except (RolloutError, LaunchError) as exc:
-        raise AnsibleFilterError(f"{name}: {exc}") from exc
+        raise AnsibleFilterError(f"{filter_name}: {exc}") from exc
 
 
 def vllm_engine_config(plan: Any, **kwargs: Any) -> dict[str, Any]:
