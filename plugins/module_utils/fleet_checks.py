@@ -130,6 +130,10 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_sku_match": "str",
     "vllm_fleet_artifacts_dir": "str",
     "vllm_fleet_report": "bool",
+    # Read by playbooks/deploy.yml (rollout shape).
+    "vllm_fleet_rollout_canary": "any",
+    "vllm_fleet_rollout_batch": "any",
+    "vllm_fleet_rollout_max_fail_percentage": "any",
     # Facts preflight itself sets (allowed to exist on a re-run inside one ansible-playbook process).
     "vllm_fleet_plan": "any",
     "vllm_fleet_facts": "any",
