@@ -7,7 +7,7 @@ Fixtures (all session-scoped):
 - ``vllm_python``     Path of the venv's python.
 - ``tiny_model_dir``  Path of ``.cache/tiny-model`` (``scripts/testbed/40-tiny-model.sh``); generated here
                       from the same pure code when missing (no dependencies, < 1 s).
-- ``start_vllm``      Factory ``start_vllm(args=(), env=None, *, name="vllm", timeout=180.0, model=None)``
+- ``start_vllm``      Factory ``start_vllm(args=(), env=None, *, name="vllm", timeout=300.0, model=None)``
                       → ``VllmServer``: starts ``python -m vllm.entrypoints.openai.api_server`` from the
                       venv with ``--model <tiny model> --load-format dummy --host 127.0.0.1 --port <free
                       port in 18000-18099>`` plus ``args``/``env``, waits for ``/health`` and returns the
@@ -15,8 +15,12 @@ Fixtures (all session-scoped):
                       Without a KV size in ``args``/``env`` it adds ``--kv-cache-memory-bytes 256 MiB``
                       (vLLM's CPU default would take 92 % of the host's memory). Every server still running
                       is stopped at the end of the session.
-- ``vllm_server``     One shared server for the whole session (``--enforce-eager``, 256 MiB KV cache,
-                      served model name ``tiny``): test /metrics, /v1/completions, ... against it.
+- ``vllm_server``     One shared server for the whole session (256 MiB KV cache, served model name
+                      ``tiny``): test /metrics, /v1/completions, ... against it. ``--enforce-eager``
+                      (no compile warm-up: starts ~2x faster) with ``--dtype float16``: on AMX hosts
+                      vLLM 0.32's eager *bf16* CPU attention dies with SIGILL at the first request
+                      (nothing calls ``torch.cpu._init_amx()``; only torch inductor does, when
+                      compiling). See docs/notes/cpu-kv-sizing.md §9.
 
 Environment knobs: ``VLLM_FLEET_VLLM_VENV`` (venv path), ``VLLM_FLEET_START_TIMEOUT`` (seconds).
 """
@@ -44,7 +48,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = Path(os.environ.get("VLLM_FLEET_VLLM_VENV", ROOT / ".cache" / "vllm-venv"))
 TINY_MODEL = ROOT / ".cache" / "tiny-model"
 PORT_RANGE = range(18000, 18100)  # TESTBED's ports (docs: COMMON.md)
-DEFAULT_TIMEOUT = float(os.environ.get("VLLM_FLEET_START_TIMEOUT", "180"))
+# ~40-60 s on an idle 2-core host; 2-3 min while 8 people share it.
+DEFAULT_TIMEOUT = float(os.environ.get("VLLM_FLEET_START_TIMEOUT", "300"))
 DEFAULT_KV_BYTES = 256 * 1024 * 1024
 # Keep vLLM off the network (rule: test traffic only to 127.0.0.0/8) and quiet.
 OFFLINE_ENV = {
@@ -52,6 +57,7 @@ OFFLINE_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    "VLLM_HOST_IP": "127.0.0.1",  # the engine's message queue would use the host's address
     "VLLM_LOGGING_LEVEL": "INFO",
     "PYTHONUNBUFFERED": "1",
 }
@@ -248,4 +254,4 @@ def start_vllm(
 
 @pytest.fixture(scope="session")
 def vllm_server(start_vllm: StartVllm) -> VllmServer:
-    return start_vllm(["--enforce-eager", "--served-model-name", "tiny"], name="shared")
+    return start_vllm(["--enforce-eager", "--dtype", "float16", "--served-model-name", "tiny"], name="shared")
