@@ -1,0 +1,116 @@
+"""playbooks/benchmark.yml against real vLLM servers: baseline, a second run without regression, and a
+deliberately slowed configuration that must be flagged.
+
+The slowed server runs the same model with `--max-num-seqs 1`: at concurrency 8 it serves one request at a
+time, so output throughput collapses (on this CPU build ~4-6x) while the baseline key is unchanged (same
+host name, model, image and plan hash) — exactly the drift the baseline library must catch. Cheap on
+purpose: two levels (1, 8), 16 short requests per level, two repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration
+
+EXTRA = {
+    "benchmark_concurrency": [1, 8],
+    "benchmark_input_len": 32,
+    "benchmark_output_len": 16,
+    "benchmark_prompts_per_level": 16,
+    "benchmark_repeats": 2,
+    "benchmark_image": "ci-image",
+    "benchmark_plan_hash": "ci-plan",
+}
+
+
+def _run_playbook(tmp_path: Path, port: int, library: Path, **extra: Any) -> subprocess.CompletedProcess[str]:
+    inventory = {
+        "all": {
+            "children": {
+                "vllm_servers": {
+                    "hosts": {
+                        "bench-host": {
+                            "ansible_connection": "local",
+                            "ansible_host": "127.0.0.1",
+                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                            "vllm_serve_port": port,
+                        }
+                    }
+                }
+            }
+        }
+    }
+    inv = tmp_path / f"inventory-{port}.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}"
+    variables = json.dumps({**EXTRA, "benchmark_library": str(library), **extra})
+    return subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inv), str(ROOT / "playbooks" / "benchmark.yml"),
+         "-e", variables],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+def _runs(library: Path) -> list[dict[str, Any]]:
+    key_dir = library / "bench-host" / "tiny" / "ci-image" / "ci-plan"
+    return [json.loads((d / "summary.json").read_text()) for d in sorted((key_dir / "runs").iterdir())]
+
+
+@pytest.fixture(scope="module")
+def slowed_server(start_vllm: Any) -> Any:
+    return start_vllm(
+        ["--enforce-eager", "--served-model-name", "tiny", "--max-num-seqs", "1"], name="slowed"
+    )
+
+
+def test_baseline_then_no_regression_then_slowed_flagged(
+    vllm_server: Any, slowed_server: Any, tmp_path: Path
+) -> None:
+    library = tmp_path / "baselines"
+    first = _run_playbook(tmp_path, vllm_server.port, library)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    key_dir = library / "bench-host" / "tiny" / "ci-image" / "ci-plan"
+    assert (key_dir / "baseline.json").is_file()
+    (run1,) = _runs(library)
+    assert run1["comparison"] is None
+    assert set(run1["summary"]) == {"1", "8"}
+    assert run1["summary"]["8"]["repeats"] == 2 and run1["summary"]["8"]["output_throughput"] > 0
+    run_dirs = sorted((key_dir / "runs").iterdir())
+    for png in ("throughput.png", "latency.png"):
+        assert (run_dirs[0] / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "this run is now the baseline" in (run_dirs[0] / "summary.md").read_text()
+
+    second = _run_playbook(tmp_path, vllm_server.port, library)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    run2 = _runs(library)[1]
+    assert run2["comparison"] is not None
+    assert run2["comparison"]["compared_levels"] == [1, 8]
+    assert not run2["comparison"]["regressed"], json.dumps(run2["comparison"]["findings"], indent=1)
+    assert json.loads((key_dir / "baseline.json").read_text())["run_id"] == run1["run_id"]
+
+    slowed = _run_playbook(tmp_path, slowed_server.port, library, benchmark_fail_on_regression=True)
+    assert slowed.returncode != 0, "the slowed configuration was not flagged"
+    assert "Benchmark regression on bench-host" in slowed.stdout
+    run3 = _runs(library)[2]
+    flagged = {(f["concurrency"], f["metric"]) for f in run3["comparison"]["regressions"]}
+    assert (8, "output_throughput") in flagged, json.dumps(run3["comparison"]["findings"], indent=1)
+    drop = next(
+        f
+        for f in run3["comparison"]["findings"]
+        if f["concurrency"] == 8 and f["metric"] == "output_throughput"
+    )
+    print(
+        f"\nbenchmark c8 output tok/s: baseline {drop['baseline']:.1f}, slowed {drop['current']:.1f} ({drop['change']:+.0%})"
+    )
+    md = sorted((key_dir / "runs").iterdir())[2] / "summary.md"
+    assert "**REGRESSION**" in md.read_text()
