@@ -55,12 +55,19 @@ def monitoring_targets(
     port_var: str = "vllm_serve_port",
     ports_var: str = "vllm_serve_ports",
     default_port: int = 8000,
+    plan_var: str = "vllm_serve_plan",
 ) -> list[dict[str, Any]]:
     """Per-host target descriptions from the inventory (address, vLLM ports, node exporter, DCGM)."""
     result = []
     for host in hosts:
         hv = hostvars[host]
-        ports = hv.get(ports_var) or [hv.get(port_var) or default_port]
+        ports = hv.get(ports_var)
+        if not ports:
+            # vllm_serve runs plan.parallel.replicas servers on PORT, PORT+1, ... (roles/vllm_serve).
+            base = int(hv.get(port_var) or default_port)
+            plan = hv.get(plan_var) or {}
+            replicas = int((plan.get("parallel") or {}).get("replicas") or 1)
+            ports = list(range(base, base + replicas))
         dcgm = hv.get("monitoring_dcgm_enabled")
         if dcgm is None:
             facts = hv.get("ansible_facts") or {}

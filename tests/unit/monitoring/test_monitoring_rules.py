@@ -161,3 +161,21 @@ def test_dashboard_queries_use_only_exported_series() -> None:
     ids = [p["id"] for p in model["panels"]]
     assert len(ids) == len(set(ids))
     assert all(re.fullmatch(r"[A-Z]", t["refId"]) for p in model["panels"] for t in p["targets"])
+
+
+def test_targets_from_inventory_hostvars() -> None:
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.monitoring import monitoring_targets
+
+    hostvars = {
+        "a": {"ansible_host": "127.0.0.2", "vllm_serve_port": 18000},
+        "b": {"vllm_serve_port": 8000, "vllm_serve_plan": {"parallel": {"replicas": 3}}},
+        "c": {"vllm_serve_ports": [9000, 9005], "monitoring_node_exporter_enabled": False},
+        "d": {"ansible_facts": {"gpu": {"gpu_count": 2}}},
+        "e": {"ansible_facts": {"gpu": {"gpu_count": 2}}, "monitoring_dcgm_enabled": False},
+    }
+    targets = {t["host"]: t for t in monitoring_targets(list(hostvars), hostvars)}
+    assert targets["a"]["address"] == "127.0.0.2" and targets["a"]["vllm_ports"] == [18000]
+    assert targets["b"]["vllm_ports"] == [8000, 8001, 8002]
+    assert targets["c"]["vllm_ports"] == [9000, 9005] and not targets["c"]["node_exporter"]
+    assert targets["d"]["vllm_ports"] == [8000] and targets["d"]["dcgm"]
+    assert not targets["a"]["dcgm"] and not targets["e"]["dcgm"]
