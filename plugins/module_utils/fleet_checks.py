@@ -319,6 +319,10 @@ def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequ
     version = variables.get("vllm_fleet_vllm_version")
     if version is not None and (not isinstance(version, str) or not _VERSION_RE.match(version)):
         errors.append(f"{host}: vllm_fleet_vllm_version must be a quoted version like \"0.32.0\", got {version!r}")
+    image_version = variables.get("vllm_image_vllm_version")
+    if version is not None and image_version is not None and str(image_version) != str(version):
+        errors.append(f"{host}: vllm_image_vllm_version {image_version!r} differs from vllm_fleet_vllm_version "
+                      f"{version!r}: the image must run the vLLM the plan was made for; set them equal")
     cuda = variables.get("vllm_fleet_image_cuda_version")
     if cuda is not None and (not isinstance(cuda, str) or not _CUDA_RE.match(cuda)):
         errors.append(f"{host}: vllm_fleet_image_cuda_version must be a quoted CUDA version like \"13.0\", "

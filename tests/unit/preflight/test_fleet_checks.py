@@ -86,6 +86,8 @@ def test_good_inputs_have_no_errors() -> None:
         ({"vllm_fleet_gpu_memory_utilisation": 0.9}, "unknown variable vllm_fleet_gpu_memory_utilisation"),
         ({"vllm_fleet_modle": "/m"}, "did you mean vllm_fleet_model?"),
         ({"vllm_fleet_port_variables": "vllm_serve_port"}, "must be a list of variable names"),
+        ({"vllm_image_vllm_version": "0.31.0"}, "vllm_image_vllm_version '0.31.0' differs from vllm_fleet_vllm_version"),
+        ({"vllm_fleet_policy": [1]}, "vllm_fleet_policy must be a dict"),
     ],
 )
 def test_bad_input_is_named(changes: dict[str, Any], needle: str) -> None:
