@@ -24,8 +24,6 @@ def test_r535_packages_installed(host):
         assert pkg.is_installed, name
         assert pkg.version.startswith("535."), f"{name} {pkg.version}"
     assert host.package("nvidia-persistenced").is_installed
-    # no X11 pulled in by recommends
-    assert not host.package("xserver-xorg-core").is_installed
 
 
 def test_nonfree_source_is_a_separate_deb822_file(host):
@@ -87,7 +85,7 @@ def test_cuda_repo_and_fabric_manager_paths_in_check_mode(host, converge_playboo
         ' "nvidia_driver_cuda_repo_url": "http://127.0.0.1:9/cuda-mirror",'
         ' "nvidia_driver_cuda_repo_key": "/usr/share/keyrings/debian-archive-keyring.gpg"}'
     )
-    run = run_playbook(converge_playbook, "--check", "--diff", "-e", extra)
+    run = run_playbook(converge_playbook, "--check", "--diff", "-v", "-e", extra)
     assert run.rc == 0, run.output[-4000:]
     assert "http://127.0.0.1:9/cuda-mirror/debian12/x86_64/" in run.output
     assert "cuda-drivers-580" in run.output
