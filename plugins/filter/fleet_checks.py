@@ -12,7 +12,6 @@ description:
   - C(fleet_errors) validates the planned fleet (multi-host TP/PP groups, ports, image CUDA vs driver).
   - C(fleet_multinode_errors) validates multi-node groups from facts alone (before planning).
   - C(fleet_sku_groups) returns the C(gpu_*)/C(cpu_*) groups among a host's groups.
-  - C(fleet_load_facts) parses a recorded facts file's text (raises a one-line error when it is not JSON).
   - C(fleet_plan_options) builds the keyword options for C(vllm_fleet.fleet.vllm_plan) from the variables.
   - C(fleet_try_plan) calls C(vllm_fleet.fleet.vllm_plan) and returns C({plan, error}) instead of raising.
   - C(fleet_port_map) keeps the variables that hold ports (name -> value, undefined ones dropped).
@@ -40,7 +39,6 @@ _value:
   elements: str
 """
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,14 +87,6 @@ def fleet_multinode_errors(records: Mapping[str, Mapping[str, Any]]) -> list[str
     if not isinstance(records, Mapping):
         raise AnsibleFilterError("fleet_multinode_errors expects a dict host -> record")
     return fc.check_multinode_facts(records)
-
-
-def fleet_load_facts(text: Any, host: str, path: str = "") -> Any:
-    try:
-        return json.loads(str(text))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"{host}: recorded GPU facts {path} are not valid JSON ({exc}): "
-                                 "re-record them with the gpu_facts module") from None
 
 
 def fleet_plan_options(variables: Mapping[str, Any], records: Mapping[str, Any] | None = None,
@@ -162,7 +152,6 @@ class FilterModule:
             "fleet_errors": fleet_errors,
             "fleet_sku_groups": fleet_sku_groups,
             "fleet_multinode_errors": fleet_multinode_errors,
-            "fleet_load_facts": fleet_load_facts,
             "fleet_plan_options": fleet_plan_options,
             "fleet_port_map": fleet_port_map,
             "fleet_try_plan": fleet_try_plan,

@@ -61,11 +61,6 @@ def test_host_errors_include_ports() -> None:
         ff.fleet_host_errors(["not", "a", "dict"], "h", [])  # type: ignore[arg-type]
 
 
-def test_load_facts_errors_are_one_line() -> None:
-    with pytest.raises(AnsibleFilterError, match=r"h: recorded GPU facts f\.json are not valid JSON"):
-        ff.fleet_load_facts("{not json", "h", "f.json")
-
-
 def test_report_filters_reject_non_dicts() -> None:
     with pytest.raises(AnsibleFilterError):
         fr.fleet_report_html(["x"])
