@@ -3,7 +3,8 @@ name: monitoring_alert_rules
 short_description: Prometheus alert rules for vLLM endpoints (real vLLM 0.32 and DCGM series)
 description:
   - Builds the rule file dict from thresholds; render it with C(to_nice_yaml).
-  - Also provides C(monitoring_scrape_configs), C(monitoring_targets) and C(monitoring_dashboard).
+  - Also provides C(monitoring_scrape_configs), C(monitoring_targets), C(monitoring_dashboard) and the
+    auto-tune helpers C(autotune_grid), C(autotune_choose), C(autotune_overrides).
 options:
   _input:
     description: Thresholds (keys of C(DEFAULT_THRESHOLDS) in C(module_utils/monitoring_rules.py)).
@@ -33,11 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-try:
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import monitoring_rules as mr
-except ImportError:  # pragma: no cover - running from the source tree without the collection link
-    from plugins.module_utils import monitoring_rules as mr  # type: ignore[no-redef]
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import autotune as at
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import monitoring_rules as mr
 
 
 def monitoring_alert_rules(
@@ -101,6 +99,26 @@ def monitoring_dashboard(title: str, datasource_uid: str = "prometheus") -> dict
     return mr.dashboard(title, datasource_uid)
 
 
+def autotune_grid(max_num_seqs: list[int], max_num_batched_tokens: list[int]) -> list[dict[str, int]]:
+    try:
+        return at.trial_grid(max_num_seqs, max_num_batched_tokens)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def autotune_choose(
+    trials: list[dict[str, Any]], p99_target_ms: float, latency_metric: str = "p99_ttft_ms"
+) -> dict[str, Any]:
+    try:
+        return at.choose(trials, float(p99_target_ms), latency_metric)
+    except (ValueError, KeyError) as exc:
+        raise AnsibleFilterError(f"autotune: {exc}") from exc
+
+
+def autotune_overrides(decision: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
+    return at.group_overrides(decision, current)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -108,4 +126,7 @@ class FilterModule:
             "monitoring_targets": monitoring_targets,
             "monitoring_scrape_configs": monitoring_scrape_configs,
             "monitoring_dashboard": monitoring_dashboard,
+            "autotune_grid": autotune_grid,
+            "autotune_choose": autotune_choose,
+            "autotune_overrides": autotune_overrides,
         }
