@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan-json", type=Path, help="the host's plan (CONTRACT 2); its hash keys the baseline")
     p.add_argument("--plan-hash", help="use this hash instead of hashing --plan-json")
     p.add_argument("--threshold", type=float, default=bc.DEFAULT_THRESHOLD)
+    p.add_argument("--max-noise", type=float, default=bc.DEFAULT_MAX_NOISE)
     p.add_argument("--run-id", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     p.add_argument("--compare-to", help="HOST/MODEL/IMAGE/PLAN of another baseline to compare with")
     p.add_argument("--update-baseline", action="store_true")
@@ -109,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         ref_file = key_dir / "baseline.json"
     comparison = None
     if ref_file.is_file():
-        comparison = bc.compare(json.loads(ref_file.read_text())["summary"], summary, args.threshold)
+        comparison = bc.compare(
+            json.loads(ref_file.read_text())["summary"], summary, args.threshold, args.max_noise
+        )
     elif args.compare_to:
         print(f"bench_report: no baseline at {ref_file}", file=sys.stderr)
         return 2

@@ -8,9 +8,10 @@ repeats, summarised by their median).
 
 Regression rule (issue 7): at any concurrency level present in both runs, output throughput fell by more
 than ``threshold`` (15 %) or a P99 latency (TTFT, end-to-end) rose by more than ``threshold``. With
-repeated runs per level the limit is ``max(threshold, spread of the baseline + spread of the current run)``
-(spread = (max - min) / median of the repeats): on a shared or noisy host a P99 over a few dozen
-requests can move more than 15 % between identical runs, and such a change is noise, not a regression.
+repeated runs per level the limit is ``max(threshold, min(spread of the baseline + spread of the current
+run, max_noise))`` (spread = (max - min) / median of the repeats): on a shared or noisy host a P99 over a
+few dozen requests can move more than 15 % between identical runs, and such a change is noise, not a
+regression — but never more than ``max_noise`` (50 %) is excused.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 DEFAULT_THRESHOLD = 0.15
+# Noise never excuses a change larger than this (a halved throughput is a finding on any host).
+DEFAULT_MAX_NOISE = 0.5
 # Metric -> direction ("higher" is better or "lower" is better) and label in the report.
 METRICS: dict[str, tuple[str, str]] = {
     "output_throughput": ("higher", "output tok/s"),
@@ -109,8 +112,9 @@ def compare(
     baseline: Mapping[str, Mapping[str, float]],
     current: Mapping[str, Mapping[str, float]],
     threshold: float = DEFAULT_THRESHOLD,
+    max_noise: float = DEFAULT_MAX_NOISE,
 ) -> dict[str, Any]:
-    """Compare two summaries; ``regressed`` is true when any gated metric crossed the threshold."""
+    """Compare two summaries; ``regressed`` is true when any gated metric crossed its limit."""
     if not 0 < threshold < 1:
         raise BenchError(f"threshold must be between 0 and 1, got {threshold}")
     levels = sorted(set(baseline) & set(current), key=int)
@@ -131,7 +135,7 @@ def compare(
             noise = float(baseline[level].get(f"{metric}_spread", 0.0)) + float(
                 current[level].get(f"{metric}_spread", 0.0)
             )
-            limit = max(threshold, noise)
+            limit = max(threshold, min(noise, max_noise))
             findings.append(
                 {
                     "concurrency": int(level),

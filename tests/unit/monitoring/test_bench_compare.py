@@ -78,6 +78,10 @@ def test_repeat_spread_widens_the_limit_but_not_for_big_drops() -> None:
     assert not c["regressed"]
     assert c["findings"][0]["limit"] == pytest.approx(0.3)
     assert bc.compare(noisy_base, big_drop)["regressed"]
+    very_noisy = bc.summarize([result(4, 300.0), result(4, 60.0), result(4, 330.0)])  # spread 90 %
+    c = bc.compare(very_noisy, bc.summarize([result(4, 120.0)]))  # -60 %: more than noise may excuse
+    assert c["regressed"] and c["findings"][0]["limit"] == bc.DEFAULT_MAX_NOISE
+    assert not bc.compare(very_noisy, bc.summarize([result(4, 120.0)]), max_noise=0.7)["regressed"]
 
 
 def test_levels_in_only_one_run_are_reported_not_compared() -> None:
