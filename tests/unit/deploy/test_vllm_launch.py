@@ -34,6 +34,7 @@ def test_engine_config_deployment_keys_win_and_keys_are_sorted() -> None:
     cfg = _cfg()
     assert cfg == {
         "dtype": "bfloat16",
+        "enforce-eager": True,
         "host": "127.0.0.1",
         "load-format": "dummy",
         "max-model-len": 512,
@@ -46,9 +47,10 @@ def test_engine_config_deployment_keys_win_and_keys_are_sorted() -> None:
 
 
 def test_engine_config_overrides_pin_normalise_and_remove() -> None:
-    cfg = _cfg(overrides={"max_num_seqs": 4, "--enforce-eager": True, "dtype": None})
+    cfg = _cfg(overrides={"max_num_seqs": 4, "--enforce-eager": False, "--trust-remote-code": True, "dtype": None})
     assert cfg["max-num-seqs"] == 4
-    assert cfg["enforce-eager"] is True
+    assert cfg["enforce-eager"] is False
+    assert cfg["trust-remote-code"] is True
     assert "dtype" not in cfg
     assert "max_num_seqs" not in cfg
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _gpu_fixtures import FIXTURES, ROOT, load_json
+
+from ._gpu_fixtures import FIXTURES, ROOT, load_json
 
 ANSIBLE_BIN = Path(sys.executable).parent
 PLAYBOOK = Path(__file__).parent / "playbooks" / "gpu_facts_localhost.yml"

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _gpu_fixtures import FIXTURES, fixture_names, load_json, read
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import QUERY_GPU_ARGS
 from ansible_collections.vllm_fleet.fleet.plugins.modules import gpu_facts as module
+
+from ._gpu_fixtures import FIXTURES, fixture_names, load_json, read
 
 SMI = "/usr/bin/nvidia-smi"
 

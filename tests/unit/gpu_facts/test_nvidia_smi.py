@@ -6,10 +6,11 @@ import contextlib
 from typing import Any
 
 import pytest
-from _gpu_fixtures import fixture_names, load_json, read
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as n
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from ._gpu_fixtures import fixture_names, load_json, read
 
 FACTS_FIXTURES = fixture_names("facts")
 ERROR_FIXTURES = fixture_names("error")

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _image_render import plan_for, render
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.image_compat import select_image
+
+from ._image_render import plan_for, render
 
 H200 = ["9.0"]
 CASES = {

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from planner_data import GPU, MODELS
+
+from .planner_data import GPU, MODELS
 
 CLI = [sys.executable, "-m", "vllm_fleet.cli"]
 

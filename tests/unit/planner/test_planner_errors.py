@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from planner_data import facts, model
 
 from vllm_fleet.core.vllm_planner import PlanError, plan
+
+from .planner_data import facts, model
 
 L4 = {"gpu_name": "NVIDIA L4", "gpu_count": 1}
 

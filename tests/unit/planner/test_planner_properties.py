@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from planner_data import model
 
 from vllm_fleet.core.vllm_planner import PlanError, plan
+
+from .planner_data import model
 
 MODELS = ["tiny-llama", "llama-3.1-8b", "qwen3-14b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b",
           "qwen2.5-7b-awq", "llama-3.1-70b", "gemma-3-27b"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from planner_data import facts, model
 
 from vllm_fleet.core.vllm_planner import plan
+
+from .planner_data import facts, model
 
 GIB = 1024**3
 
