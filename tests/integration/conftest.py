@@ -11,7 +11,8 @@ Fixtures (all session-scoped):
                       → ``VllmServer``: starts ``python -m vllm.entrypoints.openai.api_server`` from the
                       venv with ``--model <tiny model> --load-format dummy --host 127.0.0.1 --port <free
                       port in 18000-18099>`` plus ``args``/``env``, waits for ``/health`` and returns the
-                      server (``url``, ``port``, ``log_path``, ``log_text()``, ``model``, ``stop()``).
+                      server (``url``, ``port``, ``log_path``, ``log_text()``, ``log_tail()``, ``model``,
+                      ``get(path)``, ``post_json(path, payload)``, ``startup_s``, ``stop()``).
                       Without a KV size in ``args``/``env`` it adds ``--kv-cache-memory-bytes 256 MiB``
                       (vLLM's CPU default would take 92 % of the host's memory). Every server still running
                       is stopped at the end of the session.
@@ -77,6 +78,7 @@ class VllmServer:
         self.command = command
         self.env = env
         self.process = process
+        self.startup_s: float | None = None  # seconds from start to a healthy /health
 
     def __repr__(self) -> str:
         return f"VllmServer({self.name!r}, url={self.url!r}, log={str(self.log_path)!r})"
@@ -231,7 +233,7 @@ def start_vllm(
                     break
                 with contextlib.suppress(OSError):
                     if server.get("/health", timeout=5)[0] == 200:
-                        server.startup_s = time.monotonic() - started  # type: ignore[attr-defined]
+                        server.startup_s = time.monotonic() - started
                         print(f"\n[testbed] {server} healthy in {server.startup_s:.1f} s", file=sys.stderr)
                         return server
                 time.sleep(1)
