@@ -1,4 +1,8 @@
-"""container_runtime verifier: real dockerd inside the test container reads our daemon.json."""
+"""container_runtime verifier: real dockerd inside the test container reads our daemon.json.
+
+Every test takes the `host` fixture so that pytest keeps file order (it groups tests by parametrized
+fixtures): the last test changes the host.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ def test_running_dockerd_loaded_our_config(host):
     assert info["LiveRestoreEnabled"] is True
     assert info["LoggingDriver"] == "json-file"
     assert "http://127.0.0.1:9/" in info["RegistryConfig"]["Mirrors"]
-    assert info["HTTPProxy"] == "http://127.0.0.1:9"
+    assert info.get("HttpProxy", info.get("HTTPProxy")) == "http://127.0.0.1:9"
 
 
 def test_proxy_dropin(host):
@@ -70,14 +74,14 @@ def test_nvidia_toolkit_repository_configured(host):
     assert not host.package("nvidia-container-toolkit").is_installed  # install switched off
 
 
-def test_check_mode_on_converged_host_changes_nothing(check_run):
+def test_check_mode_on_converged_host_changes_nothing(host, check_run):
     assert check_run.rc == 0, check_run.output[-3000:]
     assert check_run.recap
     for host, counts in check_run.recap.items():
         assert counts["changed"] == 0, f"{host}: {counts}\n{check_run.output[-4000:]}"
 
 
-def test_toolkit_install_task_in_check_mode(converge_playbook):
+def test_toolkit_install_task_in_check_mode(host, converge_playbook):
     run = run_playbook(
         converge_playbook, "--check", "-e", '{"container_runtime_nvidia_toolkit_install": true}'
     )
