@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=bc.DEFAULT_THRESHOLD)
     p.add_argument("--max-noise", type=float, default=bc.DEFAULT_MAX_NOISE)
     p.add_argument("--run-id", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-    p.add_argument("--compare-to", help="HOST/MODEL/IMAGE/PLAN of another baseline to compare with")
+    p.add_argument("--compare-to", help="another baseline to compare with: its directory under --library (HOST/MODEL/IMAGE/PLAN as stored)")
     p.add_argument("--update-baseline", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--fail-on-regression", action="store_true")
