@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from pathlib import Path
 
 from conftest import project_dir, run_playbook
 
@@ -92,3 +93,18 @@ def test_cuda_repo_and_fabric_manager_paths_in_check_mode(host, converge_playboo
     assert "nvidia-fabricmanager" in run.output
     # check mode wrote nothing
     assert not host.file("/etc/apt/sources.list.d/vllm-fleet-cuda.sources").exists
+
+
+def test_reboot_handler_honours_the_policy(host):
+    """nvidia_driver_reboot: false (the scenario) → the handler reports, the host is not rebooted."""
+    boot_before = host.check_output("cat /proc/1/stat | cut -d' ' -f22")
+    run = run_playbook(Path(__file__).parent / "reboot_handler.yml")
+    assert run.rc == 0, run.output[-3000:]
+    assert "REBOOT REQUIRED on vf-prov-nvidia_driver to load the NVIDIA driver" in " ".join(
+        run.output.split()
+    )
+    handler = re.search(
+        r"RUNNING HANDLER \[[^\]]*Reboot to load the NVIDIA driver\][^\n]*\n(?:\s*\n)*(\w+):", run.output
+    )
+    assert handler and handler.group(1) == "skipping", run.output[-3000:]
+    assert host.check_output("cat /proc/1/stat | cut -d' ' -f22") == boot_before
