@@ -39,6 +39,11 @@ def _docker(*args: str, check: bool = True) -> str:
     return result.stdout.strip()
 
 
+def _logs(name: str) -> str:
+    result = subprocess.run(["docker", "logs", "--tail", "60", name], capture_output=True, text=True, check=False)
+    return result.stdout + result.stderr  # the server logs to stderr
+
+
 def _playbook(*extra: str) -> tuple[str, dict[str, int]]:
     """Run playbooks/image.yml for the cpu variant; return the output and the localhost recap counts."""
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "playbooks/image.yml", "-i", "inventories/local/hosts.yml",
@@ -125,14 +130,14 @@ def container(image_ref: str, tiny_model_dir: Path) -> Iterator[tuple[str, str]]
         while True:
             state = _docker("inspect", "--format", "{{.State.Status}}", name)
             if state != "running":
-                raise AssertionError(f"container {state}:\n{_docker('logs', '--tail', '60', name)}")
+                raise AssertionError(f"container {state}:\n{_logs(name)}")
             try:
                 if _get(f"{url}/health", timeout=5)[0] == 200:
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"/health not 200 after {START_TIMEOUT}s:\n{_docker('logs', '--tail', '60', name)}")
+                raise AssertionError(f"/health not 200 after {START_TIMEOUT}s:\n{_logs(name)}")
             time.sleep(2)
         yield name, url
     finally:
