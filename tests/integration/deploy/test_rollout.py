@@ -83,7 +83,7 @@ class Fleet:
                                     "vllm_serve_lb_host": "vf-dep-lb",
                                     "vllm_serve_lb_socket": str(workdir / "lb-run" / "admin.sock"),
                                     "vllm_serve_lb_stats_url": f"http://127.0.0.1:{STATS_PORT}/stats",
-                                    "vllm_serve_health_interval_s": 3,
+                                    "vllm_serve_health_interval_s": 10,  # each probe is an Ansible module run: CPU the server needs
                                     # A vLLM CPU start takes ~60 s on a quiet 2-core machine, several minutes
                                     # when the machine is shared; the gate's computed 240 s is too tight here.
                                     "vllm_serve_health_timeout_s": 900,
@@ -118,8 +118,9 @@ class Fleet:
         cmd = [str(VENV / "ansible-playbook"), "-i", str(self.inventory), "playbooks/deploy.yml", *extra]
         if overrides is not None:
             cmd += ["-e", json.dumps({"vllm_serve_engine_overrides": overrides})]
+        # A coarser internal poll keeps the controller from spinning while vLLM starts on the shared cores.
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                   PATH=f"{VENV}:{os.environ['PATH']}")
+                   ANSIBLE_INTERNAL_POLL_INTERVAL="0.05", PATH=f"{VENV}:{os.environ['PATH']}")
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
 
 
