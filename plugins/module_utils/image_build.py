@@ -15,11 +15,11 @@ from .image_tag import image_tag, inputs_digest
 
 INSTALL_MODES = ("wheelhouse", "index")
 
-#: Runtime packages per variant (Debian/Ubuntu names).  cpu: libnuma1 (vllm._C), g++ + openssl (torch
+#: Runtime packages per variant (Debian/Ubuntu names).  cpu: libnuma1 (vllm._C), g++ + python3-dev + openssl (torch
 #: inductor compiles on CPU), learned in environment.md.  cuda: gcc + libc6-dev + python3-dev (Triton
 #: builds its launcher stubs at run time).
 RUNTIME_PACKAGES = {
-    "cpu": ("python3", "tini", "ca-certificates", "libnuma1", "g++", "openssl"),
+    "cpu": ("python3", "tini", "ca-certificates", "libnuma1", "g++", "python3-dev", "openssl"),
     "cuda": ("python3", "tini", "ca-certificates", "gcc", "libc6-dev", "python3-dev"),
 }
 BUILD_PACKAGES = ("python3", "python3-venv", "ca-certificates")

@@ -71,7 +71,7 @@ def test_cpu_render_wheelhouse() -> None:
     assert "pip uninstall -y torchvision torchaudio torchcodec" in text
     assert "vllm_metadata_alias.py 0.32.0+cpu" in text  # vLLM finds its CPU build by "cpu" in the version
     assert "VLLM_TARGET_DEVICE=cpu" in text
-    assert "libnuma1 g++ openssl" in text
+    assert "libnuma1 g++ python3-dev openssl" in text  # inductor compiles C++ that includes Python.h
     assert "tini" in text
     assert "VLLM_CPU_KVCACHE_SPACE=4" in text
     assert "ca-bundle" not in text and "PIP_CERT" not in text
