@@ -69,6 +69,7 @@ def build_plan(
     no_proxy: str = "",
     health_port: int = 8000,
     torch_cuda_arch_list: str = "",
+    files_sha256: str = "",
 ) -> dict[str, Any]:
     """Everything the role needs to render, tag and build one image.
 
@@ -114,7 +115,15 @@ def build_plan(
         "uid": int(uid),
         "env": merged_env,
         "health_port": int(health_port),
+        "files_sha256": files_sha256,
         "build_args": {},
+        # Everything else the template renders (package lists, removals, alias) is an input too.
+        "packages": {
+            "build": list(BUILD_PACKAGES),
+            "runtime": list(RUNTIME_PACKAGES[variant]),
+            "remove": list(CPU_REMOVE_PACKAGES) if variant == "cpu" else [],
+        },
+        "metadata_alias_version": f"{profile['vllm_version']}+{variant}" if profile["vllm_package"] != "vllm" else "",
     }
     build_args = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
                                     ("NO_PROXY", no_proxy)) if v}
@@ -164,12 +173,12 @@ def build_plan(
         "uid": int(uid),
         "env": dict(sorted(merged_env.items())),
         "labels": labels,
-        "build_packages": list(BUILD_PACKAGES),
-        "runtime_packages": list(RUNTIME_PACKAGES[variant]),
-        "remove_packages": list(CPU_REMOVE_PACKAGES) if variant == "cpu" else [],
-        "metadata_alias": profile["vllm_package"] != "vllm",
+        "build_packages": tag_inputs["packages"]["build"],
+        "runtime_packages": tag_inputs["packages"]["runtime"],
+        "remove_packages": tag_inputs["packages"]["remove"],
+        "metadata_alias": bool(tag_inputs["metadata_alias_version"]),
         # vLLM detects its CPU build by "cpu" in version("vllm") (vllm/platforms/__init__.py).
-        "metadata_alias_version": f"{profile['vllm_version']}+{variant}",
+        "metadata_alias_version": tag_inputs["metadata_alias_version"],
         "health_port": int(health_port),
     }
     wheelhouse_digest = hashlib.sha256(

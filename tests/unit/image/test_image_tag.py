@@ -136,3 +136,12 @@ def test_resolve_base_image() -> None:
     cpu = get_profile("cpu").as_dict()
     assert resolve_base_image(cpu, "mirror.example:5000/") == "vllm-fleet/debian:bookworm"
     assert resolve_base_image(cpu, "", "my/debian:12") == "my/debian:12"
+
+
+def test_everything_rendered_is_an_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import image_build
+
+    before = _plan()["tag"]
+    assert _plan(files_sha256="e" * 64)["tag"] != before
+    monkeypatch.setitem(image_build.RUNTIME_PACKAGES, "cpu", (*image_build.RUNTIME_PACKAGES["cpu"], "curl"))
+    assert _plan()["tag"] != before
