@@ -34,7 +34,6 @@ def test_engine_config_deployment_keys_win_and_keys_are_sorted() -> None:
     cfg = _cfg()
     assert cfg == {
         "dtype": "bfloat16",
-        "enforce-eager": True,
         "host": "127.0.0.1",
         "load-format": "dummy",
         "max-model-len": 512,
