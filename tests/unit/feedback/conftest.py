@@ -1,0 +1,13 @@
+"""Make `ansible_collections.vllm_fleet.fleet` importable (the `make collections` symlink)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+_COLLECTIONS = ROOT / "collections"
+if not (_COLLECTIONS / "ansible_collections/vllm_fleet/fleet").exists():
+    raise RuntimeError("collections/ansible_collections/vllm_fleet/fleet is missing: run `make collections`")
+if str(_COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(_COLLECTIONS))
