@@ -92,6 +92,8 @@ class Fleet:
                                     # Select vLLM's CPU platform explicitly (documented vLLM variable); the
                                     # image's version-string detection is not relied upon.
                                     "vllm_serve_env": {"VLLM_TARGET_DEVICE": "cpu"},
+                                    # Plan feedback (deploy.yml's last play) writes <host>.json here.
+                                    "vllm_fleet_feedback_dir": str(workdir / "feedback"),
                                 },
                             },
                             "vllm_lb": {
@@ -244,7 +246,20 @@ def test_first_deployment_serves_through_the_load_balancer(fleet: Fleet) -> None
         time.sleep(3)
     figures = load.report()
     assert figures["sent"] > 0 and figures["failed"] == 0, figures
-    _record("first_deployment", {"seconds": round(elapsed), "recap": _recap(out)})
+    # Feedback into the plan: vLLM's logged KV sizing equals the plan's prediction exactly on the CPU lane
+    # (the KV space is explicit), for every replica of every host; a summary line per host in the output.
+    feedback = {}
+    for name in HOSTS:
+        report = json.loads((fleet.workdir / "feedback" / f"{name}.json").read_text())
+        assert report["status"] == "ok", report
+        (replica,) = report["replicas"]
+        assert replica["replica"] == name
+        assert replica["observed"]["kv_cache_tokens"] == PLAN["prediction"]["kv_cache_tokens"], replica
+        assert replica["error"]["kv_cache_tokens"] == 0.0, replica
+        assert replica["error"]["max_concurrency"] == 0.0, replica
+        assert f"{name}: plan feedback ok" in out
+        feedback[name] = replica["observed"]
+    _record("first_deployment", {"seconds": round(elapsed), "recap": _recap(out), "plan_feedback": feedback})
 
 
 def test_second_run_changes_nothing_and_restarts_nothing(fleet: Fleet) -> None:
