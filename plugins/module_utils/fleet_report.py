@@ -113,6 +113,26 @@ def _gpus(facts: Mapping[str, Any]) -> str:
     return f"{count}x {facts.get('gpu_name') or 'mixed'} ({link})"
 
 
+def observed_cell(feedback: Any) -> str:
+    """The "observed" cell from a plan-feedback report (``artifacts/feedback/<host>.json``, written after a
+    deploy by ``plugins/module_utils/plan_feedback.py``): vLLM's logged KV tokens per replica and the error
+    against the prediction, ``!`` when beyond the report's tolerance; ``–`` without a report."""
+    if not isinstance(feedback, Mapping) or not feedback.get("replicas"):
+        return "–"
+    cells = []
+    for rep in feedback["replicas"]:
+        obs = (rep.get("observed") or {}).get("kv_cache_tokens")
+        err = (rep.get("error") or {}).get("kv_cache_tokens")
+        if obs is None:
+            cells.append("no log line !")
+            continue
+        text = _fmt_int(obs)
+        if isinstance(err, (int, float)) and not isinstance(err, bool):
+            text += f" ({err:+.1%})"
+        cells.append(text + (" !" if rep.get("status") != "ok" else ""))
+    return "; ".join(cells)
+
+
 def _row_data(host: str, rec: Mapping[str, Any]) -> dict[str, Any]:
     plan = rec.get("plan") or {}
     facts = rec.get("facts") or {}
@@ -129,6 +149,7 @@ def _row_data(host: str, rec: Mapping[str, Any]) -> dict[str, Any]:
         "replicas": par.get("replicas", 1),
         "group": rec.get("multinode_group") or "",
         "kv_tokens": pred.get("kv_cache_tokens"),
+        "observed": observed_cell(rec.get("feedback")) if rec.get("feedback") else None,
         "concurrency": pred.get("max_concurrency"),
         "max_model_len": pred.get("max_model_len"),
         "cli_args": [str(a) for a in plan.get("cli_args") or []],
@@ -177,6 +198,7 @@ def render_html(records: Mapping[str, Mapping[str, Any]], title: str = "vllm-fle
     """The fleet plan as one self-contained HTML page (inline CSS and SVG, no scripts, no network)."""
     esc = html.escape
     rows = [_row_data(h, records[h]) for h in sorted(records)]
+    observed = any(r["observed"] is not None for r in rows)
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -190,7 +212,8 @@ def render_html(records: Mapping[str, Mapping[str, Any]], title: str = "vllm-fle
             f'<span><i style="background:{c}"></i>{esc(label)}</span>' for _, c, label in SEGMENTS)
         + '<span><i style="background:#000;width:2px"></i>budget</span></div>',
         '<table id="fleet"><thead><tr><th>Host</th><th>SKU</th><th>GPUs</th><th>Parallel</th><th>Flags</th>'
-        "<th>KV tokens</th><th>Max concurrency</th><th>Max model len</th><th>Memory per GPU (GiB)</th>"
+        "<th>KV tokens</th>" + ("<th>Observed KV tokens (error)</th>" if observed else "")
+        + "<th>Max concurrency</th><th>Max model len</th><th>Memory per GPU (GiB)</th>"
         "</tr></thead><tbody>",
     ]
     for row, host in zip(rows, sorted(records), strict=True):
@@ -208,7 +231,8 @@ def render_html(records: Mapping[str, Mapping[str, Any]], title: str = "vllm-fle
             f'<tr id="host-{esc(host)}"><td><a href="#detail-{esc(host)}">{esc(host)}</a></td>'
             f"<td>{esc(row['sku'])}</td><td>{esc(row['gpus'])}</td><td>{parallel}</td><td>{flags}</td>"
             f'<td class="num">{_fmt_int(row["kv_tokens"])}</td>'
-            f'<td class="num">{_fmt_float(row["concurrency"])}</td>'
+            + (f'<td class="num">{esc(row["observed"] or "–")}</td>' if observed else "")
+            + f'<td class="num">{_fmt_float(row["concurrency"])}</td>'
             f'<td class="num">{_fmt_int(row["max_model_len"])}</td>'
             f"<td>{memory_svg(host, records[host].get('plan') or {})}</td></tr>"
         )
@@ -234,13 +258,16 @@ def render_markdown(records: Mapping[str, Mapping[str, Any]], title: str = "vllm
                     svg_dir: str = "memory") -> str:
     """The fleet plan as Markdown; charts are referenced as ``<svg_dir>/<host>.svg`` (written alongside)."""
     rows = [_row_data(h, records[h]) for h in sorted(records)]
+    observed = any(r["observed"] is not None for r in rows)
     out = [f"# {title}", "",
-           "| Host | SKU | GPUs | TP x PP (nodes) | KV tokens | Max concurrency | Max model len | Memory |",
-           "|---|---|---|---|---:|---:|---:|---|"]
+           "| Host | SKU | GPUs | TP x PP (nodes) | KV tokens | " + ("Observed KV tokens (error) | " if observed else "")
+           + "Max concurrency | Max model len | Memory |",
+           "|---|---|---|---|---:|" + ("---:|" if observed else "") + "---:|---:|---|"]
     for r in rows:
+        obs_cell = f" {_md(r['observed'] or '–')} |" if observed else ""
         out.append(
             f"| {_md(r['host'])} | {_md(r['sku'])} | {_md(r['gpus'])} | {r['tp']} x {r['pp']} ({r['nodes']}) "
-            f"| {_fmt_int(r['kv_tokens'])} | {_fmt_float(r['concurrency'])} | {_fmt_int(r['max_model_len'])} "
+            f"| {_fmt_int(r['kv_tokens'])} |{obs_cell} {_fmt_float(r['concurrency'])} | {_fmt_int(r['max_model_len'])} "
             f"| ![memory of {_md(r['host'])}]({svg_dir}/{r['host']}.svg) |"
         )
     out.append("")

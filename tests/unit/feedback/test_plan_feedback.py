@@ -150,3 +150,23 @@ def test_filter_takes_registered_command_results() -> None:
     with pytest.raises(AnsibleFilterError, match="plan must be a dict"):
         flt.vllm_plan_feedback([], "nope", host="h")
     assert "vllm_plan_feedback" in flt.FilterModule().filters()
+
+
+def test_fleet_report_observed_column() -> None:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fleet_report as fr
+
+    good = pf.host_feedback("a", CPU_PLAN, [{"replica": "vllm", "log": CPU_1G}])
+    bad = pf.host_feedback("b", CPU_PLAN, [{"replica": "vllm", "log": CPU_025G}])
+    records = {"a": {"plan": CPU_PLAN, "feedback": good}, "b": {"plan": CPU_PLAN, "feedback": bad},
+               "c": {"plan": CPU_PLAN}}
+    md = fr.render_markdown(records)
+    assert "| Observed KV tokens (error) |" in md
+    assert "| 1,048,576 | 1,048,576 (+0.0%) |" in md
+    assert "| 1,048,576 | 262,144 (-75.0%) ! |" in md
+    assert "| 1,048,576 | – |" in md
+    html = fr.render_html(records)
+    assert "<th>Observed KV tokens (error)</th>" in html and "262,144 (-75.0%) !" in html
+    # Without any feedback (the preflight before a first deploy) the report is unchanged: no column.
+    plain = {"a": {"plan": CPU_PLAN}}
+    assert "Observed" not in fr.render_markdown(plain) and "Observed" not in fr.render_html(plain)
+    assert fr.observed_cell({"replicas": [{"observed": {}, "status": "missing"}]}) == "no log line !"
