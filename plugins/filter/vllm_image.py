@@ -10,7 +10,7 @@ description:
     profile whose minimum driver and compute capabilities fit the host, newest CUDA first; an older
     vLLM/PyTorch pair when allowed and needed (R535 fleets). Raises a one-line refusal when nothing fits.
   - The same file provides C(vllm_image_plan) (tag, render context, build args for the role),
-    C(vllm_image_tag) (content-addressed tag from build inputs) and C(vllm_image_check) (preflight:
+    C(vllm_image_tag) (content-addressed tag from build inputs) and C(vllm_image_check) (for preflight,
     C(None) or the refusal message); see EXAMPLES.
 options:
   _input:
