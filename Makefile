@@ -47,7 +47,10 @@ integration: venv testbed
 molecule: venv testbed
 	@for s in $(MOLECULE_SCENARIOS); do echo "=== molecule test -s $$s"; $(BIN)/molecule test -s $$s || exit 1; done
 
-test: lint unit integration molecule
+# Integration (real vLLM, Docker, Prometheus, HAProxy) and the molecule scenarios use separate ports and
+# container names, so they run side by side; each keeps its own output together (--output-sync).
+test: lint unit
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
 
 bench: venv
 	$(PY) scripts/bench_planner.py --hosts 10000
