@@ -1,6 +1,6 @@
 """Deploy, roll out and roll back real vLLM containers behind a real HAProxy, under load.
 
-Two "hosts" (inventory entries vf-dep-a / vf-dep-b, local connection, host networking, ports 18210/18211)
+Two "hosts" (inventory entries vf-dep-a / vf-dep-b, local connection, host networking, ports 18310/18311)
 each serve the generated tiny model from the cpu image; HAProxy on 127.0.0.1:18300 (stats 18301) is the
 load balancer. A load generator (stdlib http.client, threads) sends completions through HAProxy while:
 
@@ -9,7 +9,8 @@ load balancer. A load generator (stdlib http.client, threads) sends completions 
 3. a rolling update changes a flag on both hosts: zero failed requests;
 4. a broken flag stops at the canary, which is rolled back; the fleet keeps serving: zero failed requests.
 
-Restarts of vLLM (each ~60 s on the 2-core test bed): 2 (deploy) + 2 (update) + 1 failed + 1 restored.
+Starts of vLLM (eager mode: ~1.5-2.5 min each on the shared 2-core test bed): 2 side by side (deploy)
++ 2 (update) + 1 failed at once (broken flag) + 1 restored (the canary's previous container).
 Figures go to artifacts/deploy/rollout.json and the test output.
 """
 
@@ -38,6 +39,10 @@ VENV = ROOT / ".venv" / "bin"
 IMAGE_REF_FILE = ROOT / ".cache" / "vllm-image-ref"
 MODEL_DIR = ROOT / ".cache" / "tiny-model"
 PLAN = json.loads((ROOT / "tests" / "fixtures" / "deploy" / "plan_cpu.json").read_text())
+# Eager mode starts in ~1.5-2.5 min instead of ~5 (no inductor warm-up), and it needs fp16 on AMX CPUs: eager
+# bf16 dies at the first request (docs/notes/cpu-kv-sizing.md section 9) -- what the planner emits for
+# `vllm_fleet_engine_args: {enforce_eager: true}` on the CPU lane. Same KV bytes, so the same prediction.
+PLAN["engine_args"].update({"enforce-eager": True, "dtype": "float16"})
 ARTIFACTS = ROOT / "artifacts" / "deploy"
 LB_PORT, STATS_PORT = 18300, 18301
 HOSTS = {"vf-dep-a": 18310, "vf-dep-b": 18311}
