@@ -46,6 +46,10 @@ PLAN["engine_args"].update({"enforce-eager": True, "dtype": "float16"})
 ARTIFACTS = ROOT / "artifacts" / "deploy"
 LB_PORT, STATS_PORT = 18300, 18301
 HOSTS = {"vf-dep-a": 18310, "vf-dep-b": 18311}
+# vLLM's CPU worker binds to core 0 by default ("auto" reserves the last core for the API server), so on a
+# 2-core machine a starting replica shares core 0 with the replica that serves the load (a busy-polling
+# worker) and barely runs: the update took >10 min per host. One core per "host", as on real hosts.
+CORES = {"vf-dep-a": "1", "vf-dep-b": "0"}
 SERVED = "tiny-model"
 
 
@@ -74,7 +78,13 @@ class Fleet:
                         "children": {
                             "vllm_servers": {
                                 "hosts": {
-                                    name: dict(local, vllm_serve_port=port, vllm_serve_container_name=name)
+                                    name: dict(
+                                        local, vllm_serve_port=port, vllm_serve_container_name=name,
+                                        # Select vLLM's CPU platform explicitly (documented vLLM variable);
+                                        # the image's version-string detection is not relied upon.
+                                        vllm_serve_env={"VLLM_TARGET_DEVICE": "cpu",
+                                                        "VLLM_CPU_OMP_THREADS_BIND": CORES[name]},
+                                    )
                                     for name, port in HOSTS.items()
                                 },
                                 "vars": {
@@ -94,9 +104,6 @@ class Fleet:
                                     "vllm_serve_health_timeout_s": 900,
                                     "vllm_serve_drain_interval_s": 1,
                                     "vllm_serve_api_key": "",
-                                    # Select vLLM's CPU platform explicitly (documented vLLM variable); the
-                                    # image's version-string detection is not relied upon.
-                                    "vllm_serve_env": {"VLLM_TARGET_DEVICE": "cpu"},
                                     # Plan feedback (deploy.yml's last play) writes <host>.json here.
                                     "vllm_fleet_feedback_dir": str(workdir / "feedback"),
                                 },
