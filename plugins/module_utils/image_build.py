@@ -28,9 +28,10 @@ BUILD_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 CPU_REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 
 #: vLLM variables the image sets; none of the removed ones (VLLM_USE_V1, VLLM_ATTENTION_BACKEND).
+#: Not VLLM_CPU_KVCACHE_SPACE: vLLM 0.32 lets that legacy variable override --kv-cache-memory-bytes, so a
+#: baked-in value would silently replace the planned KV size (caught by the deploy's plan feedback).
 DEFAULT_ENV = {
-    "cpu": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1"},
+    "cpu": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
     "cuda": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
 }
 REMOVED_ENV = frozenset({"VLLM_USE_V1", "VLLM_ATTENTION_BACKEND"})

@@ -73,7 +73,8 @@ def test_cpu_render_wheelhouse() -> None:
     assert "VLLM_TARGET_DEVICE=cpu" in text
     assert "libnuma1 g++ python3-dev openssl" in text  # inductor compiles C++ that includes Python.h
     assert "tini" in text
-    assert "VLLM_CPU_KVCACHE_SPACE=4" in text
+    # the plan's --kv-cache-memory-bytes sizes the KV cache; the legacy variable would override it
+    assert "VLLM_CPU_KVCACHE_SPACE" not in text
     assert "ca-bundle" not in text and "PIP_CERT" not in text
 
 
