@@ -1,11 +1,11 @@
-"""Make `ansible_collections.vllm_fleet.fleet` importable (the `make collections` symlink)."""
+"""Make `ansible_collections.vllm_fleet.fleet` importable (the `make collections` symlink) for every unit test."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 _COLLECTIONS = ROOT / "collections"
 if not (_COLLECTIONS / "ansible_collections/vllm_fleet/fleet").exists():
     raise RuntimeError("collections/ansible_collections/vllm_fleet/fleet is missing: run `make collections`")
