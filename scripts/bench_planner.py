@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "collections"))
 
-from vllm_fleet.core.vllm_planner import PlanError, plan  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan  # noqa: E402
 
 MODELS = ["tiny-llama", "llama-3.1-8b", "qwen3-14b", "qwen3-30b-a3b", "llama-3.1-70b", "gpt-oss-20b",
           "deepseek-v2-lite", "qwen2.5-7b-awq", "gemma-3-27b"]

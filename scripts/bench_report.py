@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "collections"))
 
-from plugins.module_utils import bench_compare as bc  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import bench as bc  # noqa: E402
 
 
 def _plots(summary: dict[str, dict[str, float]], out: Path, title: str) -> list[str]:

@@ -1,1 +1,1 @@
-"""vllm-fleet: the console side of the planner (the core lives in plugins/module_utils)."""
+"""vllm-fleet: the console side of the planner (the core lives in plugins/plugin_utils/planner)."""

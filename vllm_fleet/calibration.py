@@ -13,9 +13,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fleet.core.vllm_hardware import lookup_gpu
-from vllm_fleet.core.vllm_planner import PlanError, plan
-from vllm_fleet.core.vllm_rules import parse_version, rules_for, scheduler_defaults
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import lookup_gpu
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import parse_version, rules_for, scheduler_defaults
 
 
 @dataclass

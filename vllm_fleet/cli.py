@@ -13,9 +13,9 @@ import json
 import sys
 from typing import Any
 
-from vllm_fleet.core.vllm_planner import PROFILES, PlanError, plan
-from vllm_fleet.core.vllm_rules import DEFAULT_VLLM_VERSION
-from vllm_fleet.plugin_utils.model_files import ModelFilesError, load_facts, load_model
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PROFILES, PlanError, plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_VLLM_VERSION
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import ModelFilesError, load_facts, load_model
 
 ENGINE_FLAGS = (
     ("--tensor-parallel-size", int, "GPUs per replica (must divide the attention heads)"),

@@ -1,4 +1,4 @@
-# Thin filter wrappers around plugins/module_utils/driver_compat.py (the logic and its tests live there).
+# Thin filter wrappers around plugins/plugin_utils/provision/driver.py (the logic and its tests live there).
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -47,10 +47,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import driver_compat as dc
-except ImportError:  # pragma: no cover - imported outside the collection (unit tests)
-    from plugins.module_utils import driver_compat as dc  # type: ignore[no-redef]
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision import driver as dc
 
 
 def nvidia_driver_cuda_check(branch: Any, cuda: str) -> dict[str, Any]:

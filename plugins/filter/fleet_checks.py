@@ -1,4 +1,4 @@
-"""Thin filter wrappers over plugins/module_utils/fleet_checks.py (the logic and its tests live there)."""
+"""Thin filter wrappers over plugins/plugin_utils/preflight/checks.py (the logic and its tests live there)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fleet_checks as fc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
 
 
 def fleet_host_errors(variables: Mapping[str, Any], host: str, group_names: Sequence[str],
@@ -64,7 +64,7 @@ def fleet_facts_errors(facts: Any, host: str, sku_group: str | None = None, matc
 def _image_checker(facts: Mapping[str, Any], plan: Mapping[str, Any]) -> str | None:
     """The IMAGE area's compatibility table decides whether any image runs on this driver and GPUs."""
     try:
-        from ansible_collections.vllm_fleet.fleet.plugins.module_utils import image_compat
+        from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as image_compat
     except ImportError:  # pragma: no cover - the image area is not installed
         return None
     gpus = facts.get("gpus") or []

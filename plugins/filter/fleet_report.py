@@ -1,4 +1,4 @@
-"""Thin filter wrappers over plugins/module_utils/fleet_report.py (pure rendering, tested there)."""
+"""Thin filter wrappers over plugins/plugin_utils/preflight/report.py (pure rendering, tested there)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fleet_report as fr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
 
 
 def _records(records: Any) -> Mapping[str, Mapping[str, Any]]:

@@ -7,7 +7,7 @@ description:
     auto-tune helpers C(autotune_grid), C(autotune_choose), C(autotune_overrides).
 options:
   _input:
-    description: Thresholds (keys of C(DEFAULT_THRESHOLDS) in C(module_utils/monitoring_rules.py)).
+    description: Thresholds (keys of C(DEFAULT_THRESHOLDS) in C(plugin_utils/observe/monitoring.py)).
     type: dict
     required: true
   runbook_base_url:
@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import autotune as at
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import monitoring_rules as mr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 
 
 def monitoring_alert_rules(

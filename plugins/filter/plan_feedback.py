@@ -4,7 +4,7 @@ short_description: Compare what vLLM logged at start-up with the plan's KV-cache
 description:
   - Parses each replica's container log (last start-up) for the KV-cache size, the maximum concurrency and
     the KV-cache memory, compares them with the plan's C(prediction), and returns the per-host report
-    (C(plugins/module_utils/plan_feedback.py)). C(status) is C(warn) when an error exceeds C(tolerance).
+    (C(plugins/plugin_utils/observe/feedback.py)). C(status) is C(warn) when an error exceeds C(tolerance).
   - Also provides C(vllm_plan_feedback_line), the one-line summary of a report.
 options:
   _input:
@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import plan_feedback as pf
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
 
 
 def _entries(logs: Any) -> list[dict[str, str]]:

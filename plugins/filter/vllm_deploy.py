@@ -62,14 +62,14 @@ _value:
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.rollout import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout import (
     RolloutError,
     health_gate,
     metric_sum,
     retries_for,
     serial_batches,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_launch import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
     LaunchError,
     engine_config,
     multinode_commands,

@@ -1,4 +1,4 @@
-# Thin filter wrappers around plugins/module_utils/image_compat.py, image_build.py and image_tag.py
+# Thin filter wrappers around plugins/plugin_utils/image/compat.py, image_build.py and image_tag.py
 # (the logic and its tests live there).
 from __future__ import annotations
 
@@ -76,14 +76,9 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import image_build as ib
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import image_compat as ic
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import image_tag as it
-except ImportError:  # pragma: no cover - imported outside the collection (unit tests)
-    from plugins.module_utils import image_build as ib  # type: ignore[no-redef]
-    from plugins.module_utils import image_compat as ic  # type: ignore[no-redef]
-    from plugins.module_utils import image_tag as it  # type: ignore[no-redef]
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as ib
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as ic
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import tag as it
 
 
 def vllm_image_select(

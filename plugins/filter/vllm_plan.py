@@ -3,7 +3,7 @@ name: vllm_plan
 short_description: Compute vLLM launch parameters from a host's GPU facts and the model's config
 version_added: 0.1.0
 description:
-  - Wraps the pure planning core C(plugins/module_utils/vllm_planner.py). Every computed flag carries a
+  - Wraps the pure planning core C(plugins/plugin_utils/planner/core.py). Every computed flag carries a
     one-line reason; values the user sets win and are validated.
   - Bad input raises an error whose one-line message says what to change, so preflight stops before any
     host changes.
@@ -66,8 +66,8 @@ _value:
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_planner import PlanError, plan
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.model_files import ModelFilesError, load_model
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import ModelFilesError, load_model
 
 
 def vllm_plan(

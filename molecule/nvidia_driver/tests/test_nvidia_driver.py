@@ -3,20 +3,20 @@ role's decisions exercised with ansible-playbook against the converged container
 
 from __future__ import annotations
 
-import importlib.util
 import re
+import sys
 from pathlib import Path
 
 from conftest import project_dir, run_playbook
 
 
 def _driver_compat():
-    path = project_dir() / "plugins" / "module_utils" / "driver_compat.py"
-    spec = importlib.util.spec_from_file_location("driver_compat", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    collections = str(project_dir() / "collections")
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision import driver
+
+    return driver
 
 
 def test_r535_packages_installed(host):

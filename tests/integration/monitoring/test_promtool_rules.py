@@ -14,7 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import monitoring_rules as mr  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr  # noqa: E402
 
 pytestmark = pytest.mark.integration
 FIXTURES = ROOT / "tests" / "fixtures" / "monitoring"

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/rollout.py (health-gate sizing, serial batches, metric parsing)."""
+"""Unit tests for plugins/plugin_utils/deploy/rollout.py (health-gate sizing, serial batches, metric parsing)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.rollout import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout import (
     RolloutError,
     health_gate,
     metric_sum,

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/vllm_launch.py (engine config, replicas, multi-node commands)."""
+"""Unit tests for plugins/plugin_utils/deploy/launch.py (engine config, replicas, multi-node commands)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_launch import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
     LaunchError,
     engine_config,
     multinode_commands,

@@ -1,4 +1,4 @@
-"""Plan feedback (plugins/module_utils/plan_feedback.py + filter) on real vLLM start-up log lines."""
+"""Plan feedback (plugins/plugin_utils/observe/feedback.py + filter) on real vLLM start-up log lines."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter import plan_feedback as flt
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import plan_feedback as pf
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures" / "feedback"
@@ -153,7 +153,7 @@ def test_filter_takes_registered_command_results() -> None:
 
 
 def test_fleet_report_observed_column() -> None:
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fleet_report as fr
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
 
     good = pf.host_feedback("a", CPU_PLAN, [{"replica": "vllm", "log": CPU_1G}])
     bad = pf.host_feedback("b", CPU_PLAN, [{"replica": "vllm", "log": CPU_025G}])

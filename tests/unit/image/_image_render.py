@@ -8,7 +8,8 @@ from typing import Any
 
 import jinja2
 from ansible.plugins.filter.core import comment, quote, to_json
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import image_build, image_compat
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as image_build
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as image_compat
 
 ROLE = Path(__file__).resolve().parents[3] / "roles" / "vllm_image"
 TEMPLATE = ROLE / "templates" / "Dockerfile.j2"

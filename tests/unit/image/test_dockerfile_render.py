@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.image_compat import select_image
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat import select_image
 
 from ._image_render import plan_for, render
 

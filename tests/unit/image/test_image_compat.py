@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.image_compat import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat import (
     COMPAT_TABLE,
     ImageCompatError,
     check_host,

@@ -6,13 +6,13 @@ import re
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.image_build import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.build import (
     ImageBuildError,
     build_plan,
     resolve_base_image,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.image_compat import get_profile
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.image_tag import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat import get_profile
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.tag import (
     ImageTagError,
     image_reference,
     image_tag,
@@ -139,7 +139,7 @@ def test_resolve_base_image() -> None:
 
 
 def test_everything_rendered_is_an_input(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import image_build
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as image_build
 
     before = _plan()["tag"]
     assert _plan(files_sha256="e" * 64)["tag"] != before

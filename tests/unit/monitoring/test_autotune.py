@@ -1,11 +1,11 @@
-"""Auto-tune grid and winner choice (plugins/module_utils/autotune.py)."""
+"""Auto-tune grid and winner choice (plugins/plugin_utils/observe/autotune.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import autotune as at
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
 
 
 def trial(seqs: int, tokens: int, tput: float, p99: float, completed: int = 32) -> dict[str, Any]:

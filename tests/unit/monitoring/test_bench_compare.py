@@ -1,11 +1,11 @@
-"""The pure benchmark comparison logic (plugins/module_utils/bench_compare.py)."""
+"""The pure benchmark comparison logic (plugins/plugin_utils/observe/bench.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import bench_compare as bc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import bench as bc
 
 
 def result(

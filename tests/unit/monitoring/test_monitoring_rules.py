@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import monitoring_rules as mr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "monitoring"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_fleet.core.vllm_planner import PlanError, plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
 
 from .planner_data import model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_fleet.core.vllm_planner import plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import plan
 
 from .planner_data import facts, model
 

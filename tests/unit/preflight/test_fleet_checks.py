@@ -1,4 +1,4 @@
-"""Pure preflight validation (plugins/module_utils/fleet_checks.py): each bad input → one clear message."""
+"""Pure preflight validation (plugins/plugin_utils/preflight/checks.py): each bad input → one clear message."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fleet_checks as fc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDED = ROOT / "inventories/example/recorded_facts"

@@ -1,4 +1,4 @@
-"""Fleet plan report rendering (plugins/module_utils/fleet_report.py)."""
+"""Fleet plan report rendering (plugins/plugin_utils/preflight/report.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fleet_report as fr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests/fixtures"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter import driver_compat as flt
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import driver_compat as dc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision import driver as dc
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .vllm_hardware import (
+from .hardware import (
     COMPRESSED_TENSORS_MIN_CC,
     CUDA_CONTEXT_MIB,
     GIB,
@@ -39,7 +39,7 @@ from .vllm_hardware import (
     fp8_kv_backends,
     lookup_gpu,
 )
-from .vllm_model import (
+from .model import (
     FP16_UNSAFE_MODEL_TYPES,
     ModelConfigError,
     ModelSpec,
@@ -48,8 +48,10 @@ from .vllm_model import (
     stage_layers,
     weights_bytes_per_gpu,
 )
-from .vllm_rules import (
+from .rules import (
     DEFAULT_VLLM_VERSION,
+    KNOWN_DTYPES,
+    KV_DTYPES,
     REMOVED_ENV_VARS,
     VersionRules,
     cudagraph_capture_sizes,
@@ -384,9 +386,6 @@ ENGINE_ARG_ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-siz
 INT_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "max-model-len", "max-num-seqs",
             "max-num-batched-tokens", "block-size", "kv-cache-memory-bytes", "optimization-level",
             "data-parallel-size")
-KNOWN_DTYPES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
-                "half": "float16", "fp16": "float16", "float32": "float32", "float": "float32"}
-KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
 
 def normalise_engine_args(engine_args: dict[str, Any] | None, rules: VersionRules) -> dict[str, Any]:

@@ -115,7 +115,7 @@ def _gpus(facts: Mapping[str, Any]) -> str:
 
 def observed_cell(feedback: Any) -> str:
     """The "observed" cell from a plan-feedback report (``artifacts/feedback/<host>.json``, written after a
-    deploy by ``plugins/module_utils/plan_feedback.py``): vLLM's logged KV tokens per replica and the error
+    deploy by ``plugins/plugin_utils/observe/feedback.py``): vLLM's logged KV tokens per replica and the error
     against the prediction, ``!`` when beyond the report's tolerance; ``–`` without a report."""
     if not isinstance(feedback, Mapping) or not feedback.get("replicas"):
         return "–"

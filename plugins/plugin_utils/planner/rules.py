@@ -78,6 +78,12 @@ REMOVED_ENV_VARS: dict[str, str] = {
 }
 
 
+# --dtype spellings vLLM 0.32 accepts (config/model.py _STR_DTYPE_TO_TORCH_DTYPE), to the canonical name.
+KNOWN_DTYPES: dict[str, str] = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
+                                "half": "float16", "fp16": "float16", "float32": "float32", "float": "float32"}
+# --kv-cache-dtype values the planner can size (config/cache.py CacheDType, minus fp8_inc: Intel Gaudi only).
+KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+
 def rules_for(version: str) -> VersionRules:
     """Return the rules for a vLLM version string.
 

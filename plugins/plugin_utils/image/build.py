@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .image_tag import image_tag, inputs_digest
+from .tag import image_tag, inputs_digest
 
 INSTALL_MODES = ("wheelhouse", "index")
 

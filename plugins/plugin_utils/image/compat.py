@@ -287,7 +287,7 @@ def select_image(
     if vllm_version not in known:
         raise ImageCompatError(
             f"vLLM {vllm_version} is not in the image compatibility table (known: {', '.join(known)}); "
-            "add its rows to plugins/module_utils/image_compat.py (see the vllm_image README)"
+            "add its rows to plugins/plugin_utils/image/compat.py (see the vllm_image README)"
         )
     if variant == "cpu":
         rows = profiles_for(vllm_version, "cpu")
