@@ -13,9 +13,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import lookup_gpu
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import parse_version, rules_for, scheduler_defaults
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import lookup_gpu
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+    parse_version,
+    rules_for,
+    scheduler_defaults,
+)
 
 
 @dataclass

@@ -14,8 +14,12 @@ import sys
 from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PROFILES, PlanError, plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
+    ModelFilesError,
+    load_facts,
+    load_model,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_VLLM_VERSION
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import ModelFilesError, load_facts, load_model
 
 ENGINE_FLAGS = (
     ("--tensor-parallel-size", int, "GPUs per replica (must divide the attention heads)"),

@@ -46,7 +46,6 @@ _value:
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision import driver as dc
 
 

@@ -62,18 +62,18 @@ _value:
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
+    LaunchError,
+    engine_config,
+    multinode_commands,
+    replica_layout,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout import (
     RolloutError,
     health_gate,
     metric_sum,
     retries_for,
     serial_batches,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
-    LaunchError,
-    engine_config,
-    multinode_commands,
-    replica_layout,
 )
 
 

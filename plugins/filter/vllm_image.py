@@ -75,7 +75,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as ib
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as ic
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import tag as it

@@ -67,7 +67,10 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import ModelFilesError, load_model
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
+    ModelFilesError,
+    load_model,
+)
 
 
 def vllm_plan(

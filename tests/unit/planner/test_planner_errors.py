@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
 
 from .planner_data import facts, model

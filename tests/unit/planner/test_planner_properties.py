@@ -3,10 +3,9 @@ TP always divides the heads."""
 
 from __future__ import annotations
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
 
 from .planner_data import model
 
