@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,20 +22,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration._helpers import cpu_image_ref, docker, free_port, image_playbook
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
-REF_FILE = ROOT / ".cache" / "vllm-image-ref"
 WHEELHOUSE = ROOT / ".cache" / "vllm-image" / "wheelhouse"
 PORTS = range(18100, 18200)
 START_TIMEOUT = float(os.environ.get("VLLM_FLEET_IMAGE_START_TIMEOUT", "600"))
 
 
-def _docker(*args: str, check: bool = True) -> str:
-    result = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
-    if check and result.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout.strip()
+@pytest.fixture(scope="module")
+def image_ref() -> str:
+    return cpu_image_ref()
 
 
 def _logs(name: str) -> str:
@@ -44,44 +42,8 @@ def _logs(name: str) -> str:
     return result.stdout + result.stderr  # the server logs to stderr
 
 
-def _playbook(*extra: str) -> tuple[str, dict[str, int]]:
-    """Run playbooks/image.yml for the cpu variant; return the output and the localhost recap counts."""
-    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "playbooks/image.yml", "-i", "inventories/local/hosts.yml",
-           "-e", "vllm_image_variant=cpu", "-e", f"vllm_image_wheelhouse_dir={WHEELHOUSE}", *extra]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    recap = re.search(r"^localhost\s*:\s*(.*)$", out, flags=re.M)
-    assert recap, out[-2000:]
-    counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))}
-    return out, counts
-
-
 def _images(repository: str) -> set[str]:
-    return set(filter(None, _docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository).splitlines()))
-
-
-@pytest.fixture(scope="module")
-def image_ref() -> str:
-    if not REF_FILE.exists():
-        result = subprocess.run(["bash", "scripts/testbed/50-vllm-image.sh"], cwd=ROOT, capture_output=True,
-                                text=True, check=False)
-        assert result.returncode == 0, result.stdout + result.stderr
-    ref = REF_FILE.read_text().strip()
-    assert _docker("image", "inspect", "--format", "{{.Id}}", ref, check=False), f"{ref} is not built"
-    return ref
-
-
-def _free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 18100-18199")
+    return set(filter(None, docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository).splitlines()))
 
 
 def _get(url: str, data: dict | None = None, timeout: float = 30) -> tuple[int, str]:
@@ -95,7 +57,7 @@ def _get(url: str, data: dict | None = None, timeout: float = 30) -> tuple[int, 
 
 
 def test_image_metadata(image_ref: str) -> None:
-    info = json.loads(_docker("image", "inspect", image_ref))[0]
+    info = json.loads(docker("image", "inspect", image_ref))[0]
     config = info["Config"]
     labels = config["Labels"]
     assert config["User"] == "1000:1000"
@@ -104,7 +66,7 @@ def test_image_metadata(image_ref: str) -> None:
     assert labels["org.vllm-fleet.vllm.version"] == "0.32.0"
     assert labels["org.vllm-fleet.torch.version"] == "2.13.0+cpu"
     assert labels["org.vllm-fleet.image.tag"] == image_ref.rsplit(":", 1)[1]
-    base_id = _docker("image", "inspect", "--format", "{{.Id}}", labels["org.opencontainers.image.base.name"])
+    base_id = docker("image", "inspect", "--format", "{{.Id}}", labels["org.opencontainers.image.base.name"])
     assert labels["org.vllm-fleet.base.id"] == base_id
     env = dict(e.split("=", 1) for e in config["Env"])
     assert "VLLM_USE_V1" not in env and "VLLM_ATTENTION_BACKEND" not in env
@@ -116,9 +78,9 @@ def container(image_ref: str, tiny_model_dir: Path) -> Iterator[tuple[str, str]]
     model = Path(tiny_model_dir)
     if not (model / "config.json").exists():
         pytest.fail(f"{model} is missing: run scripts/testbed/40-tiny-model.sh")
-    port = _free_port()
+    port = free_port(PORTS)
     name = f"vf-img-test-{uuid.uuid4().hex[:8]}"
-    _docker("run", "-d", "--name", name, "--network", "host", "--shm-size", "1g",
+    docker("run", "-d", "--name", name, "--network", "host", "--shm-size", "1g",
             "-v", f"{model}:/models/tiny:ro", "-e", f"FLEET_HEALTH_PORT={port}",
             "-e", "HF_HUB_OFFLINE=1", "-e", "TRANSFORMERS_OFFLINE=1",
             image_ref, "--model", "/models/tiny", "--served-model-name", "tiny", "--load-format", "dummy",
@@ -131,7 +93,7 @@ def container(image_ref: str, tiny_model_dir: Path) -> Iterator[tuple[str, str]]
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            state = _docker("inspect", "--format", "{{.State.Status}}", name)
+            state = docker("inspect", "--format", "{{.State.Status}}", name)
             if state != "running":
                 raise AssertionError(f"container {state}:\n{_logs(name)}")
             try:
@@ -159,14 +121,14 @@ def test_container_serves_the_tiny_model(container: tuple[str, str]) -> None:
     assert status == 200
     assert re.search(r"^vllm:generation_tokens_total\{.*\} [1-9]", metrics, flags=re.M), metrics[:2000]
     # PID 1 is tini, the server runs as the non-root user.
-    assert _docker("exec", name, "cat", "/proc/1/comm") == "tini"
-    assert _docker("exec", name, "id", "-u") == "1000"
+    assert docker("exec", name, "cat", "/proc/1/comm") == "tini"
+    assert docker("exec", name, "id", "-u") == "1000"
 
 
 def test_image_healthcheck_turns_healthy(container: tuple[str, str]) -> None:
     name, _ = container
     deadline = time.monotonic() + 90  # first probe 30 s after start, then every 30 s
-    while (health := _docker("inspect", "--format", "{{.State.Health.Status}}", name)) != "healthy":
+    while (health := docker("inspect", "--format", "{{.State.Health.Status}}", name)) != "healthy":
         assert health in ("starting", "healthy"), health
         assert time.monotonic() < deadline, f"still {health}"
         time.sleep(3)
@@ -174,10 +136,10 @@ def test_image_healthcheck_turns_healthy(container: tuple[str, str]) -> None:
 
 def test_rerun_changes_nothing(image_ref: str) -> None:
     before = _images("vllm-fleet/vllm")
-    out, counts = _playbook()
+    out, counts = image_playbook()
     assert counts["changed"] == 0 and counts["failed"] == 0, out[-3000:]
     assert image_ref in out
-    _, counts = _playbook("--check")
+    _, counts = image_playbook("--check")
     assert counts["changed"] == 0
     assert _images("vllm-fleet/vllm") == before
 
@@ -185,16 +147,16 @@ def test_rerun_changes_nothing(image_ref: str) -> None:
 def test_one_changed_input_builds_exactly_one_new_image(image_ref: str) -> None:
     before = _images("vllm-fleet/vllm")
     changed = ["-e", '{"vllm_image_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}}']
-    out, counts = _playbook(*changed)
+    out, counts = image_playbook(*changed)
     new = _images("vllm-fleet/vllm") - before
     try:
         assert len(new) == 1, out[-3000:]
         (new_ref,) = new
         assert new_ref != image_ref and new_ref.split(":")[1].startswith("0.32.0-cpu-")
         assert counts["changed"] >= 1
-        env = _docker("image", "inspect", "--format", "{{json .Config.Env}}", new_ref)
+        env = docker("image", "inspect", "--format", "{{json .Config.Env}}", new_ref)
         assert "VLLM_CPU_OMP_THREADS_BIND=nobind" in env
-        _, counts = _playbook(*changed)            # the same changed input again: nothing to do
+        _, counts = image_playbook(*changed)            # the same changed input again: nothing to do
         assert counts["changed"] == 0
         assert _images("vllm-fleet/vllm") - before == new
     finally:

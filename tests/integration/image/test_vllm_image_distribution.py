@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -31,37 +29,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration._helpers import cpu_image_ref, docker, free_port, image_id, image_playbook
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
-REF_FILE = ROOT / ".cache" / "vllm-image-ref"
 WHEELHOUSE = ROOT / ".cache" / "vllm-image" / "wheelhouse"
 REGISTRY_PORTS = range(18150, 18200)
 SMALL_IMAGE = "vllm-fleet/debian:bookworm"
-
-
-def _docker(*args: str, check: bool = True) -> str:
-    result = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
-    if check and result.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout.strip()
-
-
-def _image_id(ref: str) -> str:
-    return _docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
-
-
-def _playbook(*extra: str) -> tuple[str, dict[str, int]]:
-    """playbooks/image.yml on the local inventory (cpu variant, same inputs as 50-vllm-image.sh)."""
-    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "playbooks/image.yml", "-i", "inventories/local/hosts.yml",
-           "-e", "vllm_image_variant=cpu", "-e", f"vllm_image_wheelhouse_dir={WHEELHOUSE}", *extra]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    recap = re.search(r"^localhost\s*:\s*(.*)$", out, flags=re.M)
-    assert recap, out[-2000:]
-    return out, {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))}
 
 
 def _http(url: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
@@ -76,25 +51,7 @@ def _http(url: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
 
 @pytest.fixture(scope="module")
 def image_ref() -> str:
-    """The cpu image built once per run by scripts/testbed/50-vllm-image.sh (built here only if missing)."""
-    if not REF_FILE.exists():
-        result = subprocess.run(["bash", "scripts/testbed/50-vllm-image.sh"], cwd=ROOT, capture_output=True,
-                                text=True, check=False)
-        assert result.returncode == 0, result.stdout + result.stderr
-    ref = REF_FILE.read_text().strip()
-    assert _image_id(ref), f"{ref} is not built"
-    return ref
-
-
-def _free_port() -> int:
-    for port in REGISTRY_PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 18150-18199")
+    return cpu_image_ref()
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +62,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                                 text=True, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
     work = tmp_path_factory.mktemp("vf-img-registry")
-    port = _free_port()
+    port = free_port(REGISTRY_PORTS)
     (work / "config.yml").write_text(
         "version: 0.1\nlog: {level: warn}\n"
         f"storage:\n  filesystem: {{rootdirectory: {work / 'data'}}}\n  delete: {{enabled: true}}\n"
@@ -146,11 +103,11 @@ def push_image(image_ref: str) -> Iterator[str]:
         yield image_ref
         return
     ref = f"vf-img-push-{uuid.uuid4().hex[:8]}/vllm:{image_ref.rsplit(':', 1)[1]}"
-    _docker("tag", SMALL_IMAGE, ref)
+    docker("tag", SMALL_IMAGE, ref)
     try:
         yield ref
     finally:
-        _docker("rmi", ref, check=False)
+        docker("rmi", ref, check=False)
 
 
 def test_push_pull_and_rerun(push_image: str, registry: str, tmp_path: Path) -> None:
@@ -165,11 +122,11 @@ def test_push_pull_and_rerun(push_image: str, registry: str, tmp_path: Path) -> 
     assert _http(f"{api}/tags/list")[0] == 404             # nothing there before the role runs
     try:
         # Check mode first: it reports the push and pushes nothing.
-        _, counts = _playbook(*args, "--check")
+        _, counts = image_playbook(*args, "--check")
         assert counts["changed"] >= 1 and counts["failed"] == 0
         assert _http(f"{api}/tags/list")[0] == 404
 
-        out, counts = _playbook(*args)
+        out, counts = image_playbook(*args)
         assert counts["failed"] == 0
         assert "Push the image to the registry" in out and counts["changed"] >= 1, out[-3000:]
         assert "build | Build the image" not in out          # pushed as built by 50-vllm-image.sh
@@ -182,22 +139,22 @@ def test_push_pull_and_rerun(push_image: str, registry: str, tmp_path: Path) -> 
         assert ref_file.read_text().strip() == pushed          # the deploy role gets the registry reference
 
         # A host lacking the registry-qualified tag pulls it back (the image stays: it is also tagged locally).
-        _docker("rmi", pushed)
-        assert not _image_id(pushed)
-        _, counts = _playbook(*args, "--check")
-        assert counts["changed"] >= 1 and not _image_id(pushed)   # check mode pulled nothing
-        out, counts = _playbook(*args)
+        docker("rmi", pushed)
+        assert not image_id(pushed)
+        _, counts = image_playbook(*args, "--check")
+        assert counts["changed"] >= 1 and not image_id(pushed)   # check mode pulled nothing
+        out, counts = image_playbook(*args)
         assert counts["changed"] >= 1 and counts["failed"] == 0, out[-3000:]
-        assert _image_id(pushed) == _image_id(image_ref)
-        repo_digests = json.loads(_docker("image", "inspect", "--format", "{{json .RepoDigests}}", pushed))
+        assert image_id(pushed) == image_id(image_ref)
+        repo_digests = json.loads(docker("image", "inspect", "--format", "{{json .RepoDigests}}", pushed))
         assert f"{registry}/{repository}@{digest}" in repo_digests
 
         # Everything in place: nothing changes, nothing is pushed again, the tag stays content-addressed.
-        out, counts = _playbook(*args)
+        out, counts = image_playbook(*args)
         assert counts["changed"] == 0, out[-3000:]
         assert json.loads(_http(f"{api}/tags/list")[2])["tags"] == [tag]
     finally:
-        _docker("rmi", pushed, check=False)
+        docker("rmi", pushed, check=False)
 
 
 def test_load_from_a_tarball_and_rerun(image_ref: str, tmp_path: Path) -> None:
@@ -208,11 +165,11 @@ def test_load_from_a_tarball_and_rerun(image_ref: str, tmp_path: Path) -> None:
     ref_file = tmp_path / "ref"
     args = ("-e", "vllm_image_distribution=load", "-e", f"vllm_image_repository={repository}",
             "-e", f"vllm_image_cache_dir={cache}", "-e", f"vllm_image_ref_file={ref_file}")
-    small_id = _image_id(SMALL_IMAGE)
+    small_id = image_id(SMALL_IMAGE)
     assert small_id, f"{SMALL_IMAGE} missing: run scripts/testbed/20-base-image.sh"
-    _docker("tag", SMALL_IMAGE, ref)
+    docker("tag", SMALL_IMAGE, ref)
     try:
-        out, counts = _playbook(*args)
+        out, counts = image_playbook(*args)
         assert counts["failed"] == 0 and counts["changed"] >= 1, out[-3000:]
         assert ref_file.read_text().strip() == ref
         archives = list(cache.glob("*.tar"))
@@ -223,17 +180,17 @@ def test_load_from_a_tarball_and_rerun(image_ref: str, tmp_path: Path) -> None:
         mtime = archives[0].stat().st_mtime_ns
 
         # The host lacks the tag: check mode reports the load, the real run copies nothing (controller) and loads.
-        _docker("rmi", ref)
-        assert not _image_id(ref)
-        _, counts = _playbook(*args, "--check")
-        assert counts["changed"] >= 1 and not _image_id(ref)
-        out, counts = _playbook(*args)
+        docker("rmi", ref)
+        assert not image_id(ref)
+        _, counts = image_playbook(*args, "--check")
+        assert counts["changed"] >= 1 and not image_id(ref)
+        out, counts = image_playbook(*args)
         assert counts["changed"] >= 1 and counts["failed"] == 0, out[-3000:]
         assert "Load the image (docker load)" in out
-        assert _image_id(ref) == small_id                     # loaded from the tarball, not rebuilt
+        assert image_id(ref) == small_id                     # loaded from the tarball, not rebuilt
         assert archives[0].stat().st_mtime_ns == mtime        # the tarball was not written again
 
-        out, counts = _playbook(*args)
+        out, counts = image_playbook(*args)
         assert counts["changed"] == 0, out[-3000:]
     finally:
-        _docker("rmi", ref, check=False)
+        docker("rmi", ref, check=False)

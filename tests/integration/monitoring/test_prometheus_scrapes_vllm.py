@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,19 +28,10 @@ sys.path.insert(0, str(ROOT / "collections"))
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr  # noqa: E402
 
+from tests.integration._helpers import free_port  # noqa: E402
+
 pytestmark = pytest.mark.integration
 PROM_PORTS = range(18490, 18500)  # MONITORING's range; 19090 is the molecule scenario's
-
-
-def _free_port() -> int:
-    for port in PROM_PORTS:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PROM_PORTS}")
 
 
 def _get(url: str, timeout: float = 10.0) -> Any:
@@ -94,7 +84,7 @@ def prometheus(vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         "scrape_configs": jobs,
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    port = _free_port()
+    port = free_port(PROM_PORTS)
     log = (workdir / "prometheus.log").open("wb")
     process = subprocess.Popen(
         [

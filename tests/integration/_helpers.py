@@ -1,0 +1,67 @@
+"""Small helpers the integration tests share: loopback ports, docker calls, the test bed's cpu image."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REF_FILE = ROOT / ".cache" / "vllm-image-ref"
+
+
+def free_port(ports: Iterable[int]) -> int:
+    """The first port of ``ports`` nobody listens on at 127.0.0.1 (each test area owns its own range)."""
+    tried = list(ports)
+    for port in tried:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {tried[0]}-{tried[-1]}")
+
+
+def docker(*args: str, check: bool = True) -> str:
+    """Run the docker CLI; stdout stripped. ``check`` turns a non-zero exit into an AssertionError."""
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def image_id(ref: str) -> str:
+    """The local image id of ``ref``, or "" when it is not there."""
+    return docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+
+
+def cpu_image_ref() -> str:
+    """The cpu image built once per run by scripts/testbed/50-vllm-image.sh (built here only if missing)."""
+    if not REF_FILE.exists():
+        result = subprocess.run(["bash", "scripts/testbed/50-vllm-image.sh"], cwd=ROOT, capture_output=True,
+                                text=True, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+    ref = REF_FILE.read_text().strip()
+    assert image_id(ref), f"{ref} is not built"
+    return ref
+
+
+def image_playbook(*extra: str) -> tuple[str, dict[str, int]]:
+    """playbooks/image.yml on the local inventory (cpu variant, same inputs as 50-vllm-image.sh).
+
+    Returns the output and the localhost recap counts; a failed run fails the test with the output's tail.
+    """
+    wheelhouse = ROOT / ".cache" / "vllm-image" / "wheelhouse"
+    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "playbooks/image.yml", "-i", "inventories/local/hosts.yml",
+           "-e", "vllm_image_variant=cpu", "-e", f"vllm_image_wheelhouse_dir={wheelhouse}", *extra]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    recap = re.search(r"^localhost\s*:\s*(.*)$", out, flags=re.M)
+    assert recap, out[-2000:]
+    return out, {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))}
