@@ -1,7 +1,7 @@
 #!/usr/bin/python
-# Copyright: vllm-fleet developers
-# Apache License 2.0 (see galaxy.yml)
-
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""Module gpu_facts: discover a host's NVIDIA GPUs, their links, CPU and memory (documented below)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, vllm-fleet contributors
 # Apache-2.0 (see galaxy.yml)
-
+"""Module tiny_model: write a tiny, weightless Llama model directory for vLLM (documented below)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""

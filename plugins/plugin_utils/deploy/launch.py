@@ -18,6 +18,8 @@ import re
 import shlex
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_MASTER_PORT
+
 __all__ = [
     "LaunchError",
     "engine_config",
@@ -184,7 +186,7 @@ def multinode_commands(
     nodes: list[str],
     server_argv: list[str],
     config_path: str,
-    master_port: int = 29501,
+    master_port: int = DEFAULT_MASTER_PORT,
     ray_port: int = 6379,
 ) -> list[dict[str, Any]]:
     """The command each node of a multi-node replica runs, in start order (head first).

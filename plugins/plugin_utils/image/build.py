@@ -11,6 +11,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+    DEFAULT_SERVE_PORT,
+    REMOVED_ENV_VARS,
+)
+
 from .tag import image_tag, inputs_digest
 
 INSTALL_MODES = ("wheelhouse", "index")
@@ -27,14 +32,16 @@ BUILD_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 #: Packages the cpu wheel pulls in that do not import beside CPU torch (environment.md): removed.
 CPU_REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 
-#: vLLM variables the image sets; none of the removed ones (VLLM_USE_V1, VLLM_ATTENTION_BACKEND).
+#: vLLM variables the image sets; none of the removed ones (the planner rules' REMOVED_ENV_VARS).
 #: Not VLLM_CPU_KVCACHE_SPACE: vLLM 0.32 lets that legacy variable override --kv-cache-memory-bytes, so a
 #: baked-in value would silently replace the planned KV size (caught by the deploy's plan feedback).
+_NO_TELEMETRY = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 DEFAULT_ENV = {
-    "cpu": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
-    "cuda": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
+    "cpu": {"VLLM_TARGET_DEVICE": "cpu", **_NO_TELEMETRY},
+    "cuda": dict(_NO_TELEMETRY),
 }
-REMOVED_ENV = frozenset({"VLLM_USE_V1", "VLLM_ATTENTION_BACKEND"})
+#: Variables vLLM no longer knows (planner/rules.py REMOVED_ENV): an image refuses to set them.
+REMOVED_ENV = frozenset(REMOVED_ENV_VARS)
 
 
 class ImageBuildError(ValueError):
@@ -68,7 +75,7 @@ def build_plan(
     http_proxy: str = "",
     https_proxy: str = "",
     no_proxy: str = "",
-    health_port: int = 8000,
+    health_port: int = DEFAULT_SERVE_PORT,
     torch_cuda_arch_list: str = "",
     files_sha256: str = "",
 ) -> dict[str, Any]:
@@ -89,9 +96,9 @@ def build_plan(
     merged_env.update({str(k): str(v) for k, v in (env or {}).items()})
     removed = sorted(REMOVED_ENV & merged_env.keys())
     if removed:
+        instead = "; ".join(f"{name}: use {REMOVED_ENV_VARS[name]}" for name in removed)
         raise ImageBuildError(
-            f"{', '.join(removed)} no longer exist in vLLM {profile['vllm_version']}: remove them "
-            "(the V1 engine is the only one; choose the attention backend with --attention-backend)"
+            f"{', '.join(removed)} no longer exist in vLLM {profile['vllm_version']}: remove them ({instead})"
         )
     if torch_cuda_arch_list and variant == "cuda":
         merged_env["TORCH_CUDA_ARCH_LIST"] = torch_cuda_arch_list

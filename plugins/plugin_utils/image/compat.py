@@ -7,12 +7,9 @@ Pure data plus pure functions (standard library only, no I/O). Used by
 * the ``vllm_fleet.fleet.vllm_image_select`` filter.
 
 How the minimum driver is decided: every CUDA profile builds on an ``nvidia/cuda:<X.Y.Z>-base`` image, whose
-``NVIDIA_REQUIRE_CUDA=cuda>=X.Y`` is enforced by the NVIDIA container runtime at container start
-("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver",
-vllm-project/vllm issue #5635).  So the minimum driver of a profile is the minimum Linux driver of its base
-image's CUDA X.Y (NVIDIA CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions"):
-12.2 → 535.54.03, 12.9 → 575.51.03, 13.0 → 580.65.06.  Forward compatibility through ``cuda-compat`` exists
-for datacenter GPUs only and is deliberately not assumed here.
+``NVIDIA_REQUIRE_CUDA=cuda>=X.Y`` is enforced by the NVIDIA container runtime at container start.  So a row's
+``min_driver`` is not written here: it is derived from its base image's CUDA X.Y by the one CUDA ↔ driver table,
+``plugins/plugin_utils/provision/cuda_driver.py`` (12.2 → 535.54.03, 12.9 → 575.51.03, 13.0 → 580.65.06).
 """
 
 from __future__ import annotations
@@ -21,6 +18,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import cc_tuple
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import parse_version
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision.cuda_driver import (
+    min_driver_branch,
+    min_driver_version,
+    parse_driver_version,
+)
 
 
 class ImageCompatError(ValueError):
@@ -35,7 +40,7 @@ class ImageProfile:
     :param variant: ``cuda`` or ``cpu``.
     :param cuda_version: CUDA version of the *base image* (``None`` for cpu).
     :param torch_cuda: CUDA version the PyTorch wheel was built with (``None`` for cpu).
-    :param min_driver: minimum NVIDIA driver (``None`` for cpu).
+    :param min_driver: minimum NVIDIA driver, derived from ``cuda_version`` (``None`` for cpu); not an argument.
     :param compute_capabilities: GPU architectures the wheels carry kernels for.
     :param python_version: the base image's python3 (wheels are downloaded for it).
     :param glibc: the base image's glibc (the newest manylinux tag its wheels may carry).
@@ -51,7 +56,7 @@ class ImageProfile:
     torch_version: str
     cuda_version: str | None
     torch_cuda: str | None
-    min_driver: str | None
+    min_driver: str | None = field(init=False)
     compute_capabilities: tuple[str, ...]
     base_image: str
     python_version: str
@@ -60,6 +65,15 @@ class ImageProfile:
     extra_index_urls: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     notes: str = ""
+
+    def __post_init__(self) -> None:
+        minimum = None
+        if self.cuda_version is not None:
+            minimum = min_driver_version(self.cuda_version)
+            if minimum is None:
+                raise ImageCompatError(f"image {self.key}: CUDA {self.cuda_version} is not in the CUDA/driver table "
+                                       "(plugins/plugin_utils/provision/cuda_driver.py): add its row there first")
+        object.__setattr__(self, "min_driver", minimum)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-safe dict (tuples become lists)."""
@@ -86,7 +100,6 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         torch_version="2.13.0",
         cuda_version="13.0",
         torch_cuda="13.0",
-        min_driver="580.65.06",
         compute_capabilities=_CC_CU130,
         base_image="nvidia/cuda:13.0.2-base-ubuntu24.04",
         python_version="3.12",
@@ -96,9 +109,8 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
             "vLLM 0.32.0 wheel METADATA: torch==2.13.0",
             "vllm-project/router PR #154: 'vLLM 0.20.0 switched to CUDA 13 for the default wheels'",
             "vllm-project/vllm PR #47628: default (unsuffixed) wheel is the CUDA 13.0 build",
-            "NVIDIA CUDA 13.0 release notes: Linux driver >= 580.65.06",
         ),
-        notes="Default upstream build; needs an R580+ driver.",
+        notes="Default upstream build (CUDA 13.0).",
     ),
     ImageProfile(
         key="cu129",
@@ -108,7 +120,6 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         torch_version="2.13.0",
         cuda_version="12.9",
         torch_cuda="12.9",
-        min_driver="575.51.03",
         compute_capabilities=_CC_CU129,
         base_image="nvidia/cuda:12.9.1-base-ubuntu24.04",
         python_version="3.12",
@@ -121,9 +132,8 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         sources=(
             "vllm-project/vllm issue #42756: 'We only release cu129 and cu130 wheels'",
             "upstream images vllm/vllm-openai:vX.Y.Z-cu129 build on CUDA 12.9.1",
-            "NVIDIA CUDA 12.9 release notes: Linux driver >= 575.51.03",
         ),
-        notes="The cu129 variant for R575-R579 drivers.",
+        notes="The cu129 variant, for drivers too old for CUDA 13.0.",
     ),
     ImageProfile(
         key="cu121",
@@ -133,7 +143,6 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         torch_version="2.4.0",
         cuda_version="12.2",
         torch_cuda="12.1",
-        min_driver="535.54.03",
         compute_capabilities=_CC_CU121,
         base_image="nvidia/cuda:12.2.2-base-ubuntu22.04",
         python_version="3.10",
@@ -146,7 +155,6 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
             "'now torch uses the 12.4 cuda bindings by default' - so 0.6.3.post1 is the last release "
             "whose pinned torch (2.4.0) ships CUDA 12.1 wheels on PyPI",
             "vllm-project/vllm PR #12098 (2025-01): CUDA 12.4 becomes the default for release wheels",
-            "NVIDIA CUDA 12.2 release notes: Linux driver >= 535.54.03 (the R535 branch)",
         ),
         notes=(
             "The R535 fleet image (Debian 12's packaged driver): CUDA 12.1 wheels on the nvidia/cuda:12.2.2 "
@@ -161,7 +169,6 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         torch_version="2.13.0+cpu",
         cuda_version=None,
         torch_cuda=None,
-        min_driver=None,
         compute_capabilities=(),
         base_image="vllm-fleet/debian:bookworm",
         python_version="3.11",
@@ -172,22 +179,11 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
     ),
 )
 
-_VERSION_RE = re.compile(r"^\d+(\.\d+)*")
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """Leading dotted-number part of a version string as a tuple (``"0.6.3.post1"`` → ``(0, 6, 3)``).
-
-    :raises ImageCompatError: when the string does not start with a number.
-    """
-    match = _VERSION_RE.match(str(text).strip())
-    if not match:
-        raise ImageCompatError(f"cannot read a version number from {text!r}")
-    return tuple(int(part) for part in match.group(0).split("."))
-
-
-def _cc_key(cc: str) -> tuple[int, ...]:
-    return parse_version(cc)
+def _driver_tuple(driver_version: str) -> tuple[int, ...]:
+    try:
+        return parse_driver_version(driver_version)
+    except ValueError as exc:
+        raise ImageCompatError(str(exc)) from None
 
 
 def profiles_for(vllm_version: str, variant: str | None = None) -> list[ImageProfile]:
@@ -238,7 +234,7 @@ def _fits(profile: ImageProfile, driver: tuple[int, ...] | None, ccs: Sequence[s
     if profile.min_driver is not None:
         if driver is None:
             return f"needs an NVIDIA driver >= {profile.min_driver}"
-        if driver < parse_version(profile.min_driver):
+        if driver < parse_driver_version(profile.min_driver):
             return f"CUDA {profile.cuda_version} needs driver >= {profile.min_driver}"
     missing = [cc for cc in ccs if cc not in profile.compute_capabilities]
     if missing:
@@ -257,7 +253,7 @@ def _normalise_ccs(compute_capabilities: Iterable[str | float]) -> list[str]:
             raise ImageCompatError(f"compute capability {cc!r} is not of the form MAJOR.MINOR (e.g. '9.0')")
         if text not in out:
             out.append(text)
-    return sorted(out, key=_cc_key)
+    return sorted(out, key=cc_tuple)
 
 
 def select_image(
@@ -302,7 +298,7 @@ def select_image(
         )
 
     ccs = _normalise_ccs(compute_capabilities)
-    driver = parse_version(driver_version) if driver_version else None
+    driver = _driver_tuple(driver_version) if driver_version else None
     why_not: list[str] = []
     for profile in profiles_for(vllm_version, "cuda"):
         problem = _fits(profile, driver, ccs)
@@ -341,7 +337,7 @@ def select_image(
 
 def _newest_min_driver(vllm_version: str) -> str:
     drivers = [p.min_driver for p in profiles_for(vllm_version, "cuda") if p.min_driver]
-    return min(drivers, key=parse_version) if drivers else "?"
+    return min(drivers, key=parse_driver_version) if drivers else "?"
 
 
 def _reason(profile: ImageProfile, driver_version: str | None, ccs: Sequence[str]) -> str:
@@ -364,13 +360,16 @@ def refusal_message(
     detail = f" ({'; '.join(why_not)})" if why_not else ""
     fallback = "" if allow_fallback else " Fallback to an older vLLM is disabled (vllm_image_allow_fallback)."
     lowest = min(
-        (p.min_driver for p in COMPAT_TABLE if p.min_driver), key=parse_version, default="?"
+        (p.min_driver for p in COMPAT_TABLE if p.min_driver), key=parse_driver_version, default="?"
     )
+    cudas = [p.cuda_version for p in profiles_for(vllm_version, "cuda") if p.cuda_version]
+    branches = ", ".join(f"R{min_driver_branch(c)}+ for CUDA {c}" for c in cudas)
+    oldest_cc = min((cc for p in COMPAT_TABLE for cc in p.compute_capabilities), key=cc_tuple, default="?")
     return (
         f"No vLLM image runs on driver {driver_version or 'none'} with compute capability {ccs}: "
         f"vLLM {vllm_version} needs driver >= {_newest_min_driver(vllm_version)}{detail}.{fallback} "
-        f"Upgrade the NVIDIA driver (R580+ for CUDA 13.0, R575+ for 12.9; the oldest supported is "
-        f"{lowest}), or remove GPUs older than compute capability 7.0 from this host's group."
+        f"Upgrade the NVIDIA driver ({branches}; the oldest supported is "
+        f"{lowest}), or remove GPUs older than compute capability {oldest_cc} from this host's group."
     )
 
 

@@ -1,4 +1,4 @@
-"""vLLM behaviour keyed by version: defaults, memory accounting, removed flags.
+"""vLLM behaviour keyed by version: defaults, memory accounting, removed flags, dtypes, engine-argument types.
 
 Facts come from vLLM's code (0.32.0 read directly; older behaviour from the release that changed it,
 named next to each rule). Standard library only, no I/O.
@@ -6,7 +6,7 @@ named next to each rule). Standard library only, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_VLLM_VERSION = "0.32.0"
 
@@ -32,8 +32,135 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 
 @dataclass(frozen=True)
+class Removed:
+    """One engine argument or environment variable vLLM dropped (or still parses but ignores), written once.
+
+    Every spelling is derived from ``name``: the dash key (:attr:`key`), the ``--flag`` (:attr:`flag`) and the
+    replacement in CLI words or engine-argument words (:meth:`replacement`, :meth:`instead`).
+
+    :param name: the EngineArgs field (snake_case), or the environment variable.
+    :param since: the first vLLM release whose ``vllm serve`` rejects (or ignores) it.
+    :param why: what vLLM does now, one clause.
+    :param use: replacement engine arguments, snake_case, ``"name"`` or ``"name=value"``.
+    :param ignored: still accepted, but vLLM ignores it with a warning.
+    """
+
+    name: str
+    since: tuple[int, int, int] = (0, 11, 0)
+    why: str = ""
+    use: tuple[str, ...] = ()
+    ignored: bool = False
+
+    @property
+    def key(self) -> str:
+        """``max-paddings``: the dash form the planner and vLLM's config file use."""
+        return self.name.replace("_", "-")
+
+    @property
+    def flag(self) -> str:
+        """``--max-paddings``."""
+        return "--" + self.key
+
+    def replacement(self, style: str = "cli", prefix: str = "") -> str:
+        """The replacement, or ``""``: ``--runner pooling --convert embed`` (cli) or
+        ``runner: pooling and convert: embed`` (``args``: engine-argument keys, each after ``prefix``)."""
+        parts = []
+        for item in self.use:
+            name, sep, value = item.partition("=")
+            if style == "cli":
+                parts.append("--" + name.replace("_", "-") + (f" {value}" if sep else ""))
+            else:
+                parts.append(f"{prefix}{name}" + (f": {value}" if sep else ""))
+        return (" " if style == "cli" else " and ").join(parts)
+
+    def instead(self) -> str:
+        """What to use instead, for a message that reads 'use …' (the planner's wording)."""
+        replacement = self.replacement("cli")
+        if not replacement:
+            return f"nothing: {self.why}"
+        return f"{replacement} ({self.why})" if self.why else replacement
+
+
+#: Engine arguments vLLM dropped, with what replaces them (vllm-facts §5/B5: each flag parsed with the 0.32
+#: `vllm serve` parser, which exits 2 on them). ``since``: 0.11 removed V0 and its flags; ``--max-paddings``
+#: already failed in 0.8 (V1 became the default); ``--calculate-kv-scales`` went in 0.28.
+REMOVED_ARGS: tuple[Removed, ...] = (
+    Removed("max_paddings", (0, 8, 0), "V1 schedules by token budget", ("max_num_batched_tokens",)),
+    Removed("worker_use_ray", use=("distributed_executor_backend=ray",)),
+    Removed("swap_space", why="V1 preempts by recomputation; CPU KV offload is optional",
+            use=("kv_offloading_size=GiB",)),
+    Removed("enable_custom_kernels", why="it was never a vLLM flag"),
+    Removed("disable_log_requests", why="request logging is off by default; --enable-log-requests opts in"),
+    Removed("guided_decoding_backend", use=("structured_outputs_config.backend",)),
+    Removed("use_v2_block_manager", why="V1 is the only engine"),
+    Removed("num_scheduler_steps", why="removed with V0"),
+    Removed("scheduler_delay_factor", why="removed with V0"),
+    Removed("preemption_mode", why="V1 preempts by recomputation"),
+    Removed("device", why="the platform is detected"),
+    Removed("task", use=("runner=pooling", "convert=embed|classify|reward")),
+    Removed("calculate_kv_scales", (0, 28, 0), "removed in vLLM 0.28"),
+    Removed("max_parallel_loading_workers", ignored=True,
+            why="vLLM warns it is currently not supported and ignores it: config/parallel.py:1082-1086"),
+)
+
+#: Environment variables vLLM no longer knows: vLLM warns "Unknown vLLM environment variable detected", or refuses
+#: with --fail-on-environ-validation (platforms/interface.py:1446-1459). Refused for every target version.
+REMOVED_ENV: tuple[Removed, ...] = (
+    Removed("VLLM_USE_V1", why="V1 is the only engine"),
+    Removed("VLLM_ATTENTION_BACKEND", use=("attention_backend=NAME",)),
+)
+
+#: The planner's view of :data:`REMOVED_ENV`: variable → what to use instead.
+REMOVED_ENV_VARS: dict[str, str] = {entry.name: entry.instead() for entry in REMOVED_ENV}
+
+#: ``--dtype`` spellings vLLM accepts (config/model.py ``ModelDType``: ``auto, half, float16, bfloat16, float,
+#: float32``; the parser refuses anything else, ``bf16`` included) → the canonical name the planner emits.
+KNOWN_DTYPES: dict[str, str] = {"auto": "auto", "half": "float16", "float16": "float16", "bfloat16": "bfloat16",
+                                "float": "float32", "float32": "float32"}
+#: ``--kv-cache-dtype`` values the planner can size (config/cache.py ``CacheDType``, less the ones it cannot:
+#: ``fp8_inc`` is Intel Gaudi only, ``fp8_ds_mla``/``nvfp4*``/``turboquant*``/``*_per_token_head`` are special
+#: per-token layouts whose page size is not dtype bytes x head size).
+KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+
+#: Integer engine arguments (EngineArgs fields typed int) → the range the fleet accepts (min, max; None: no max).
+#: The bounds are sanity limits, not vLLM's; ``max_model_len`` also takes ``auto``/``-1`` (fit to memory).
+INT_ENGINE_ARGS: dict[str, tuple[int, int | None]] = {
+    "tensor_parallel_size": (1, 1024),
+    "pipeline_parallel_size": (1, 1024),
+    "data_parallel_size": (1, 1024),
+    "max_num_seqs": (1, 1_000_000),
+    "max_num_batched_tokens": (1, 100_000_000),
+    "block_size": (1, 4096),
+    "max_model_len": (16, 100_000_000),
+    "seed": (0, None),
+    "max_loras": (1, None),
+}
+#: Float engine arguments → (exclusive lower bound, inclusive upper bound); gpu_memory_utilization is vLLM's
+#: ``Field(gt=0, le=1)`` (config/cache.py).
+FLOAT_ENGINE_ARGS: dict[str, tuple[float, float]] = {
+    "gpu_memory_utilization": (0.0, 1.0),
+    "kv_offloading_size": (0.0, 1.0e6),
+    "cpu_offload_gb": (-1.0e-9, 1.0e6),
+}
+#: Switches (true/false).
+BOOL_ENGINE_ARGS: tuple[str, ...] = ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
+                                     "trust_remote_code", "enable_expert_parallel", "disable_custom_all_reduce",
+                                     "async_scheduling")
+#: Engine arguments with a fixed set of values (config/parallel.py ``DistributedExecutorBackend``; vllm-facts
+#: §B1 ``--performance-mode``). ``dtype``/``kv_cache_dtype``: :attr:`VersionRules.dtypes`/``kv_cache_dtypes``.
+CHOICE_ENGINE_ARGS: dict[str, tuple[str, ...]] = {
+    "distributed_executor_backend": ("mp", "ray", "uni", "external_launcher"),
+    "performance_mode": ("balanced", "interactivity", "throughput"),
+}
+
+#: ``vllm serve --port`` default, and the multi-node ``--master-port`` default (config/parallel.py ``master_port``).
+DEFAULT_SERVE_PORT = 8000
+DEFAULT_MASTER_PORT = 29501
+
+
+@dataclass(frozen=True)
 class VersionRules:
-    """What one vLLM version does that the planner depends on."""
+    """What one vLLM version does that the planner and preflight depend on."""
 
     version: tuple[int, int, int]
     engine: str  # "v1" or "v0"
@@ -42,47 +169,27 @@ class VersionRules:
     chunked_prefill_default: bool
     prefix_caching_default: bool
     default_block_size: int
-    removed_flags: dict[str, str]  # flag -> what to use instead
+    removed_flags: dict[str, str]  # dash key -> what to use instead (derived from REMOVED_ARGS)
     ignored_flags: dict[str, str]
+    removed_args: tuple[Removed, ...] = ()  # the REMOVED_ARGS entries in force, the ignored ones included
+    removed_env: tuple[Removed, ...] = REMOVED_ENV
+    dtypes: dict[str, str] = field(default_factory=lambda: dict(KNOWN_DTYPES))
+    kv_cache_dtypes: tuple[str, ...] = KV_DTYPES
 
     @property
     def text(self) -> str:
         return ".".join(str(n) for n in self.version)
 
+    @property
+    def series(self) -> str:
+        """``0.32``: the release series, as messages name it."""
+        return f"{self.version[0]}.{self.version[1]}"
 
-# Flags the articles use that vLLM 0.32's parser rejects (exit 2), with replacements
-# (vllm-facts §5/B5, checked by parsing each with the 0.32 `vllm serve` parser).
-_REMOVED_0_32: dict[str, str] = {
-    "max-paddings": "nothing: V1 schedules by token budget (--max-num-batched-tokens)",
-    "worker-use-ray": "--distributed-executor-backend ray",
-    "swap-space": "nothing: V1 preempts by recomputation; optional --kv-offloading-size GiB",
-    "enable-custom-kernels": "nothing: never a vLLM flag",
-    "disable-log-requests": "nothing: request logging is off by default (--enable-log-requests opts in)",
-    "guided-decoding-backend": "--structured-outputs-config.backend",
-    "use-v2-block-manager": "nothing: V1 is the only engine",
-    "num-scheduler-steps": "nothing (removed with V0)",
-    "scheduler-delay-factor": "nothing (removed with V0)",
-    "preemption-mode": "nothing: V1 preempts by recomputation",
-    "device": "nothing: the platform is detected",
-    "task": "--runner pooling --convert embed|classify|reward",
-    "calculate-kv-scales": "nothing (removed in 0.28)",
-}
-_IGNORED_0_32: dict[str, str] = {
-    "max-parallel-loading-workers": "accepted but ignored by vLLM 0.32 (config/parallel.py:1082-1086)",
-}
+    def removed_arg(self, name: str) -> Removed | None:
+        """The entry for an engine argument in any spelling (``swap_space``, ``swap-space``, ``--swap-space``)."""
+        key = str(name).strip().lstrip("-").replace("_", "-")
+        return next((entry for entry in self.removed_args if entry.key == key), None)
 
-# Environment variables removed from vLLM (an unknown VLLM_* variable is warned about or refused).
-REMOVED_ENV_VARS: dict[str, str] = {
-    "VLLM_USE_V1": "nothing: V1 is the only engine",
-    "VLLM_ATTENTION_BACKEND": "--attention-backend NAME",
-}
-
-
-# --dtype spellings vLLM 0.32 accepts (config/model.py _STR_DTYPE_TO_TORCH_DTYPE), to the canonical name.
-KNOWN_DTYPES: dict[str, str] = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
-                                "half": "float16", "fp16": "float16", "float32": "float32", "float": "float32"}
-# --kv-cache-dtype values the planner can size (config/cache.py CacheDType, minus fp8_inc: Intel Gaudi only).
-KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
 def rules_for(version: str) -> VersionRules:
     """Return the rules for a vLLM version string.
@@ -91,16 +198,12 @@ def rules_for(version: str) -> VersionRules:
     - ``gpu_memory_utilization`` defaults to 0.92 in 0.32 (config/cache.py:102); earlier releases 0.9.
     - CUDA-graph memory is charged inside the budget from 0.21.0
       (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1; the 0.27.1 log says "default since v0.21.0").
+    - Removed and ignored engine arguments: each :data:`REMOVED_ARGS` entry from its ``since`` release.
     """
     v = parse_version(version)
     if v < (0, 6, 0):
         raise ValueError(f"vLLM {version} is too old to plan for: the planner supports 0.6 and newer")
-    if v >= (0, 11, 0):
-        removed = dict(_REMOVED_0_32)
-    elif v >= (0, 8, 0):
-        removed = {"max-paddings": _REMOVED_0_32["max-paddings"]}
-    else:
-        removed = {}
+    in_force = tuple(entry for entry in REMOVED_ARGS if v >= entry.since)
     return VersionRules(
         version=v,
         engine="v1" if v >= (0, 8, 0) else "v0",
@@ -109,8 +212,9 @@ def rules_for(version: str) -> VersionRules:
         chunked_prefill_default=v >= (0, 8, 0),
         prefix_caching_default=v >= (0, 8, 0),
         default_block_size=16,
-        removed_flags=removed,
-        ignored_flags=dict(_IGNORED_0_32) if v >= (0, 11, 0) else {},
+        removed_flags={entry.key: entry.instead() for entry in in_force if not entry.ignored},
+        ignored_flags={entry.key: entry.why for entry in in_force if entry.ignored},
+        removed_args=in_force,
     )
 
 

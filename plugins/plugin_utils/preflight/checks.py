@@ -18,8 +18,26 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+    BOOL_ENGINE_ARGS,
+    CHOICE_ENGINE_ARGS,
+    DEFAULT_VLLM_VERSION,
+    FLOAT_ENGINE_ARGS,
+    INT_ENGINE_ARGS,
+    Removed,
+    VersionRules,
+    rules_for,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision.cuda_driver import (
+    format_cuda,
+    max_cuda_for_driver,
+    min_driver_branch,
+)
+
 # ----------------------------------------------------------------------------------------------------
-# Data: the variables preflight understands, removed/renamed names, removed vLLM flags and env vars.
+# Data: the variables preflight understands and removed/renamed inventory names. What vLLM itself accepts
+# (removed flags and env vars, dtypes, engine-argument types) is the planner's rules module, keyed by the
+# host's vllm_fleet_vllm_version; CUDA vs driver is provision/cuda_driver.py.
 # ----------------------------------------------------------------------------------------------------
 
 #: SKU groups: ``gpu_<sku>`` for GPU hosts, ``cpu_<lane>`` for the CPU lane. A host is in exactly one.
@@ -48,68 +66,11 @@ REMOVED_VARIABLES: dict[str, str] = {
     "gpu_memory_mib": "discovered facts are never typed into the inventory: remove it (gpu_facts finds it)",
 }
 
-#: Engine arguments (snake_case) that vLLM 0.32 no longer accepts, with the replacement.
-REMOVED_ENGINE_ARGS: dict[str, str] = {
-    "max_paddings": "removed in vLLM V1: use max_num_batched_tokens",
-    "worker_use_ray": "removed: use distributed_executor_backend: ray",
-    "swap_space": "removed in vLLM V1: use kv_offloading_size (CPU KV offload) or drop it",
-    "enable_custom_kernels": "was never a vLLM flag: drop it",
-    "disable_log_requests": "removed: request logging is off by default (enable_log_requests opts in)",
-    "use_v2_block_manager": "removed: drop it",
-    "num_scheduler_steps": "removed: drop it",
-    "scheduler_delay_factor": "removed: drop it",
-    "preemption_mode": "removed: drop it",
-    "device": "removed: the device comes from the discovered facts",
-    "task": "removed: use runner: pooling with convert: embed|classify|reward",
-    "guided_decoding_backend": "removed: use structured_outputs_config.backend",
-    "calculate_kv_scales": "removed in vLLM 0.28: drop it",
-}
-
-#: The same, as CLI flags (for vllm_fleet_extra_args).
-REMOVED_FLAGS: dict[str, str] = {"--" + k.replace("_", "-"): v for k, v in REMOVED_ENGINE_ARGS.items()}
-REMOVED_FLAGS["--max-parallel-loading-workers"] = "accepted but ignored by vLLM 0.32: drop it"
-
-#: Environment variables vLLM 0.32 no longer knows.
-REMOVED_ENV: dict[str, str] = {
-    "VLLM_USE_V1": "removed: V1 is the only engine",
-    "VLLM_ATTENTION_BACKEND": "removed: pin vllm_fleet_engine_args.attention_backend instead",
-}
-
 #: Variables that hold a port a vLLM host listens on (the playbook reads the ones that are defined).
 DEFAULT_PORT_VARIABLES: tuple[str, ...] = (
     "vllm_serve_port", "vllm_serve_ports", "vllm_serve_master_port", "vllm_lb_port",
     "monitoring_node_exporter_port", "monitoring_dcgm_exporter_port", "monitoring_prometheus_port",
 )
-
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
-
-# (kind, minimum, maximum) for typed engine arguments; maximum None = unbounded.
-_INT_ARGS: dict[str, tuple[int, int | None]] = {
-    "tensor_parallel_size": (1, 1024),
-    "pipeline_parallel_size": (1, 1024),
-    "data_parallel_size": (1, 1024),
-    "max_num_seqs": (1, 1_000_000),
-    "max_num_batched_tokens": (1, 100_000_000),
-    "block_size": (1, 4096),
-    "max_model_len": (16, 100_000_000),
-    "seed": (0, None),
-    "max_loras": (1, None),
-}
-_FLOAT_ARGS: dict[str, tuple[float, float]] = {
-    # (exclusive lower bound, inclusive upper bound)
-    "gpu_memory_utilization": (0.0, 1.0),
-    "kv_offloading_size": (0.0, 1.0e6),
-    "cpu_offload_gb": (-1.0e-9, 1.0e6),
-}
-_BOOL_ARGS = ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code",
-              "enable_expert_parallel", "disable_custom_all_reduce", "async_scheduling")
-_CHOICE_ARGS: dict[str, tuple[str, ...]] = {
-    "dtype": DTYPES,
-    "kv_cache_dtype": KV_CACHE_DTYPES,
-    "distributed_executor_backend": ("mp", "ray", "uni", "external_launcher"),
-    "performance_mode": ("balanced", "interactivity", "throughput"),
-}
 
 #: Every variable preflight reads. Anything else named ``vllm_fleet_*`` is a typo.
 KNOWN_VARIABLES: dict[str, str] = {
@@ -143,12 +104,25 @@ _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.+-]+)?$")
 _CUDA_RE = re.compile(r"^\d+\.\d+$")
 _PLACEHOLDER_SECRETS = {"", "changeme", "change_me", "change-me", "secret", "xxx", "todo", "none", "null"}
 
-#: Minimum NVIDIA driver (major branch) for each CUDA user-space major.minor (NVIDIA's CUDA compatibility
-#: table; minor-version compatibility inside a major is not assumed: the driver must report the CUDA).
-CUDA_MIN_DRIVER: dict[str, int] = {
-    "11.8": 520, "12.0": 525, "12.1": 530, "12.2": 535, "12.3": 545, "12.4": 550, "12.5": 555,
-    "12.6": 560, "12.8": 570, "12.9": 575, "13.0": 580, "13.1": 590, "13.2": 595,
-}
+
+def vllm_rules(version: Any = None) -> VersionRules:
+    """The planner's rules for the host's target vLLM (``vllm_fleet_vllm_version``), or for the default one when
+    it is unset or unreadable (a bad version is reported on its own, and the planner refuses a too-old one)."""
+    try:
+        return rules_for(str(version) if version else DEFAULT_VLLM_VERSION)
+    except ValueError:
+        return rules_for(DEFAULT_VLLM_VERSION)
+
+
+def _choices(rules: VersionRules) -> dict[str, tuple[str, ...]]:
+    return {"dtype": tuple(rules.dtypes), "kv_cache_dtype": rules.kv_cache_dtypes, **CHOICE_ENGINE_ARGS}
+
+
+def _advice(entry: Removed, prefix: str = "") -> str:
+    """``use distributed_executor_backend: ray`` or ``drop it``, with vLLM's reason (preflight's wording)."""
+    replacement = entry.replacement("args", prefix)
+    text = f"use {replacement}" if replacement else "drop it"
+    return f"{text} ({entry.why})" if entry.why else text
 
 
 def _type_name(value: Any) -> str:
@@ -192,8 +166,11 @@ def sku_groups(group_names: Iterable[str]) -> list[str]:
     return sorted(g for g in group_names if SKU_GROUP_RE.match(g))
 
 
-def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args") -> list[str]:
-    """Types, ranges and removed names of pinned engine arguments (snake_case keys)."""
+def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
+                      vllm_version: str | None = None) -> list[str]:
+    """Types, ranges and removed names of pinned engine arguments (snake_case keys) for the target vLLM."""
+    rules = vllm_rules(vllm_version)
+    choices = _choices(rules)
     errors: list[str] = []
     if not isinstance(args, Mapping):
         return [f"{host}: {var} must be a dict of engine arguments, got {_type_name(args)}"]
@@ -203,10 +180,13 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args")
         if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_]*$", key):
             errors.append(f"{host}: {var} key {key!r} must be snake_case (e.g. gpu_memory_utilization)")
             continue
-        if key in REMOVED_ENGINE_ARGS:
-            errors.append(f"{where} is not a vLLM 0.32 engine argument: {REMOVED_ENGINE_ARGS[key]}")
-        elif key in _INT_ARGS:
-            low, high = _INT_ARGS[key]
+        removed = rules.removed_arg(key)
+        if removed is not None and removed.ignored:
+            errors.append(f"{where} is accepted but ignored by vLLM {rules.series}: {_advice(removed)}")
+        elif removed is not None:
+            errors.append(f"{where} is not a vLLM {rules.series} engine argument: {_advice(removed)}")
+        elif key in INT_ENGINE_ARGS:
+            low, high = INT_ENGINE_ARGS[key]
             if key == "max_model_len" and value in ("auto", -1):
                 continue
             if not _is_int(value):
@@ -214,17 +194,17 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args")
             elif value < low or (high is not None and value > high):
                 bound = f"{low}..{high}" if high is not None else f">= {low}"
                 errors.append(f"{where} = {value} is out of range ({bound})")
-        elif key in _FLOAT_ARGS:
-            low_f, high_f = _FLOAT_ARGS[key]
+        elif key in FLOAT_ENGINE_ARGS:
+            low_f, high_f = FLOAT_ENGINE_ARGS[key]
             if not _is_number(value):
                 errors.append(f"{where} must be a number, got {_type_name(value)} {value!r}{_string_hint(value)}")
             elif not (low_f < float(value) <= high_f) or math.isnan(float(value)):
                 errors.append(f"{where} = {value} is out of range: it must be > {low_f:g} and <= {high_f:g}")
-        elif key in _BOOL_ARGS:
+        elif key in BOOL_ENGINE_ARGS:
             if not isinstance(value, bool):
                 errors.append(f"{where} must be true or false, got {_type_name(value)} {value!r}")
-        elif key in _CHOICE_ARGS and value not in _CHOICE_ARGS[key]:
-            errors.append(f"{where} = {value!r} is not one of {', '.join(_CHOICE_ARGS[key])}")
+        elif key in choices and value not in choices[key]:
+            errors.append(f"{where} = {value!r} is not one of {', '.join(choices[key])}")
     return errors
 
 
@@ -232,8 +212,11 @@ def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
-def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = None) -> list[str]:
+def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = None,
+                     vllm_version: str | None = None) -> list[str]:
     """User extra CLI args: a list of strings without removed flags or flags preflight plans itself."""
+    rules = vllm_rules(vllm_version)
+    planned = {*INT_ENGINE_ARGS, *FLOAT_ENGINE_ARGS, *_choices(rules), "model"}
     if not isinstance(extra, (list, tuple)):
         return [f"{host}: vllm_fleet_extra_args must be a list of strings, got {_type_name(extra)}"]
     errors: list[str] = []
@@ -242,24 +225,31 @@ def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = N
             errors.append(f"{host}: vllm_fleet_extra_args[{i}] must be a string, got {_type_name(arg)} {arg!r}")
             continue
         flag = _flag_name(arg)
-        if flag in REMOVED_FLAGS:
-            errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM 0.32 rejects "
-                          f"(exit 2, unrecognized arguments): {REMOVED_FLAGS[flag]}")
+        removed = rules.removed_arg(flag) if flag.startswith("--") else None
+        if removed is not None and removed.ignored:
+            errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM {rules.series} accepts but "
+                          f"ignores: {_advice(removed, 'vllm_fleet_engine_args.')}")
+        elif removed is not None:
+            errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM {rules.series} rejects "
+                          f"(exit 2, unrecognized arguments): {_advice(removed, 'vllm_fleet_engine_args.')}")
         elif flag.startswith("--"):
             snake = flag[2:].replace("-", "_")
-            if snake in _INT_ARGS or snake in _FLOAT_ARGS or snake in _CHOICE_ARGS or snake == "model":
+            if snake in planned:
                 errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
                               f"pin it as vllm_fleet_engine_args.{snake} instead (it is then validated)")
     return errors
 
 
-def check_env(host: str, env: Any) -> list[str]:
+def check_env(host: str, env: Any, vllm_version: str | None = None) -> list[str]:
+    rules = vllm_rules(vllm_version)
+    removed = {entry.name: entry for entry in rules.removed_env}
     if not isinstance(env, Mapping):
         return [f"{host}: vllm_fleet_env must be a dict of environment variables, got {_type_name(env)}"]
     errors: list[str] = []
     for key in sorted(env):
-        if key in REMOVED_ENV:
-            errors.append(f"{host}: vllm_fleet_env.{key} is unknown to vLLM 0.32: {REMOVED_ENV[key]}")
+        if key in removed:
+            errors.append(f"{host}: vllm_fleet_env.{key} is unknown to vLLM {rules.series}: "
+                          f"{_advice(removed[key], 'vllm_fleet_engine_args.')}")
         elif not isinstance(env[key], (str, int, float)) or isinstance(env[key], bool):
             errors.append(f"{host}: vllm_fleet_env.{key} must be a string, got {_type_name(env[key])}")
     return errors
@@ -328,14 +318,15 @@ def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequ
         errors.append(f"{host}: vllm_fleet_image_cuda_version must be a quoted CUDA version like \"13.0\", "
                       f"got {cuda!r}")
 
+    target = version if isinstance(version, str) else None
     if "vllm_fleet_engine_args" in variables:
-        errors += check_engine_args(host, variables["vllm_fleet_engine_args"])
+        errors += check_engine_args(host, variables["vllm_fleet_engine_args"], vllm_version=target)
     if "vllm_fleet_extra_args" in variables:
         pinned = variables.get("vllm_fleet_engine_args")
         errors += check_extra_args(host, variables["vllm_fleet_extra_args"],
-                                   pinned if isinstance(pinned, Mapping) else None)
+                                   pinned if isinstance(pinned, Mapping) else None, vllm_version=target)
     if "vllm_fleet_env" in variables:
-        errors += check_env(host, variables["vllm_fleet_env"])
+        errors += check_env(host, variables["vllm_fleet_env"], vllm_version=target)
 
     port_vars = variables.get("vllm_fleet_port_variables", DEFAULT_PORT_VARIABLES)
     if not isinstance(port_vars, (list, tuple)) or not all(isinstance(p, str) for p in port_vars):
@@ -408,6 +399,11 @@ def _cuda_tuple(version: Any) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def _max_cuda(driver_major: int | None) -> str | None:
+    limit = max_cuda_for_driver(driver_major) if driver_major else None
+    return format_cuda(limit) if limit else None
+
+
 def check_driver_cuda(host: str, facts: Mapping[str, Any], image_cuda: str | None) -> list[str]:
     """The image's CUDA user space must be supported by the host driver (nvidia-smi's "CUDA Version")."""
     if not image_cuda or not facts.get("gpu_count"):
@@ -415,9 +411,9 @@ def check_driver_cuda(host: str, facts: Mapping[str, Any], image_cuda: str | Non
     need = _cuda_tuple(image_cuda)
     have = _cuda_tuple(facts.get("cuda_version"))
     driver = facts.get("driver_version")
-    min_driver = CUDA_MIN_DRIVER.get(image_cuda)
     if need is None:
         return [f"{host}: image CUDA version {image_cuda!r} is not a CUDA version like 13.0"]
+    min_driver = min_driver_branch(need)
     if have is None:
         major = _driver_major(driver)
         if major is None or min_driver is None or major >= min_driver:
@@ -427,9 +423,8 @@ def check_driver_cuda(host: str, facts: Mapping[str, Any], image_cuda: str | Non
         return []
     else:
         have_txt = f"driver {driver} (supports CUDA up to {facts.get('cuda_version')})"
-    older = [c for c, d in sorted(CUDA_MIN_DRIVER.items(), key=lambda kv: kv[1])
-             if (_driver_major(driver) or 0) >= d and _cuda_tuple(c) is not None]
-    alt = f", or use an image built for CUDA {older[-1]}" if older else ""
+    older = _max_cuda(_driver_major(driver))
+    alt = f", or use an image built for CUDA {older}" if older else ""
     need_txt = f" (driver >= {min_driver})" if min_driver else ""
     return [f"{host}: the vLLM image needs CUDA {image_cuda}{need_txt} but the host has {have_txt}: "
             f"upgrade the NVIDIA driver{alt}"]

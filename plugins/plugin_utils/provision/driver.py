@@ -1,9 +1,10 @@
 """NVIDIA driver branch facts for the provisioning roles (pure Python, stdlib only, no I/O).
 
-Kept deliberately small and driver-focused: the IMAGE area owns the big vLLM → torch → CUDA table
-(``image_compat.py``). This module answers three questions for ``roles/nvidia_driver``:
+Kept deliberately small and driver-focused: which CUDA a driver runs is the CUDA ↔ driver table of
+:mod:`.cuda_driver` (shared with preflight and the image table), and the vLLM → torch → CUDA table is the
+IMAGE area's (``image/compat.py``). This module answers three questions for ``roles/nvidia_driver``:
 
-* which CUDA versions a driver branch can run (``max_cuda_for_branch`` / ``check_branch_supports_cuda``),
+* which CUDA versions a branch the role installs can run (``max_cuda_for_branch`` / ``check_branch_supports_cuda``),
 * which packages a branch means on a given distribution and source (``driver_packages``),
 * what ``nvidia-smi`` output says about the loaded kernel module (``classify_nvidia_smi``).
 """
@@ -12,43 +13,45 @@ from __future__ import annotations
 
 import re
 
-# Highest CUDA toolkit version (major, minor) each production branch supports. ``None`` as the minor
-# means "every 13.x": CUDA's minor-version compatibility lets a 13.x application run on R580.
-# Source: the CUDA toolkit release notes, table "CUDA Toolkit and Minimum Required Driver Version".
-BRANCH_MAX_CUDA: dict[int, tuple[int, int | None]] = {
-    535: (12, 2),
-    550: (12, 4),
-    570: (12, 8),
-    575: (12, 9),
-    580: (13, None),
-}
+from .cuda_driver import format_cuda, max_cuda_for_driver, min_driver_branch, parse_branch, parse_cuda
+
+__all__ = [
+    "BRANCH_MAX_CUDA",
+    "SOURCES",
+    "SUPPORTED_BRANCHES",
+    "check_branch_supports_cuda",
+    "classify_nvidia_smi",
+    "cuda_repo_path",
+    "driver_packages",
+    "fabricmanager_package",
+    "format_cuda",
+    "loaded_driver_version",
+    "max_cuda_for_branch",
+    "parse_branch",
+    "parse_cuda",
+]
+
+#: The production branches the nvidia_driver role installs (R535 is Debian 12's packaged driver).
+SUPPORTED_BRANCHES: tuple[int, ...] = (535, 550, 570, 575, 580)
+
+
+def _branch_limit(branch: int) -> tuple[int, int]:
+    limit = max_cuda_for_driver(branch)
+    if limit is None:
+        raise ValueError(f"driver branch {branch} is older than every CUDA release in provision/cuda_driver.py")
+    return limit
+
+
+#: Highest CUDA (major, minor) each installable branch runs, derived from the CUDA ↔ driver table.
+BRANCH_MAX_CUDA: dict[int, tuple[int, int | None]] = {b: _branch_limit(b) for b in SUPPORTED_BRANCHES}
 
 SOURCES = ("distro", "cuda_repo")
 
-_BRANCH_RE = re.compile(r"^\s*[Rr]?(\d{3})(?:\.\d+)*\s*$")
-_CUDA_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)?\s*$")
 _VERSION_RE = re.compile(r"(\d{3}\.\d+(?:\.\d+)?)")
 
 
-def parse_branch(value: str | int) -> int:
-    """Return the branch number of ``535``, ``"R535"``, ``"535.261.03"`` or ``"535.261.03-1"``."""
-    text = str(value).split(":", 1)[-1].split("-", 1)[0]  # drop a Debian epoch and revision
-    match = _BRANCH_RE.match(text)
-    if match is None:
-        raise ValueError(f"driver branch {value!r} is not a branch like '535' or a version like '535.261.03'")
-    return int(match.group(1))
-
-
-def parse_cuda(value: str) -> tuple[int, int]:
-    """Return (major, minor) of a CUDA version such as ``"12.2"`` or ``"12.2.1"``."""
-    match = _CUDA_RE.match(str(value))
-    if match is None:
-        raise ValueError(f"CUDA version {value!r} is not like '12.2'")
-    return int(match.group(1)), int(match.group(2))
-
-
 def max_cuda_for_branch(branch: str | int) -> tuple[int, int | None]:
-    """Highest CUDA version a driver branch supports; ``ValueError`` for a branch we do not know."""
+    """Highest CUDA version a driver branch supports; ``ValueError`` for a branch the role does not install."""
     number = parse_branch(branch)
     if number not in BRANCH_MAX_CUDA:
         known = ", ".join(str(b) for b in sorted(BRANCH_MAX_CUDA))
@@ -56,30 +59,24 @@ def max_cuda_for_branch(branch: str | int) -> tuple[int, int | None]:
     return BRANCH_MAX_CUDA[number]
 
 
-def format_cuda(limit: tuple[int, int | None]) -> str:
-    """``(12, 2)`` → ``"12.2"``; ``(13, None)`` → ``"13.x"``."""
-    major, minor = limit
-    return f"{major}.x" if minor is None else f"{major}.{minor}"
-
-
 def check_branch_supports_cuda(branch: str | int, cuda: str) -> tuple[bool, str]:
     """Can driver ``branch`` run an image built for CUDA ``cuda``? Returns (ok, one-line reason)."""
     number = parse_branch(branch)
     limit = max_cuda_for_branch(number)
     major, minor = parse_cuda(cuda)
-    if major < limit[0]:
-        ok = True
-    elif major > limit[0]:
-        ok = False
-    else:
-        ok = limit[1] is None or minor <= limit[1]
-    if ok:
+    if _within(major, minor, limit):
         return (
             True,
             f"driver R{number} supports CUDA up to {format_cuda(limit)}; the image needs {major}.{minor}",
         )
     newer = [b for b, lim in sorted(BRANCH_MAX_CUDA.items()) if _within(major, minor, lim)]
-    hint = f"pin nvidia_driver_branch to {newer[0]} or newer" if newer else "no known branch supports it"
+    needed = min_driver_branch((major, minor))
+    if newer:
+        hint = f"pin nvidia_driver_branch to {newer[0]} or newer"
+    elif needed is not None:
+        hint = f"it needs driver R{needed} or newer, which this role does not install"
+    else:
+        hint = "no known branch supports it"
     return False, (
         f"driver R{number} supports CUDA up to {format_cuda(limit)} but the planned image needs CUDA "
         f"{major}.{minor}: {hint}, or plan an image built for an older CUDA"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.filter.vllm_deploy import FilterModule
+from ansible_collections.vllm_fleet.fleet.plugins.filter.deploy import FilterModule
 
 FILTERS = FilterModule().filters()
 PLAN = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "deploy" / "plan_cpu.json").read_text())

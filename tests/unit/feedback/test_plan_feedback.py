@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.filter import plan_feedback as flt
+from ansible_collections.vllm_fleet.fleet.plugins.filter import observe as flt
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,10 +8,15 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat impo
     ImageCompatError,
     check_host,
     get_profile,
-    parse_version,
     select_from_facts,
     select_image,
     table_as_dicts,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import parse_version
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision.cuda_driver import (
+    min_driver_version,
+    parse_cuda,
+    parse_driver_version,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -136,7 +141,7 @@ def test_table_integrity() -> None:
         if p.variant == "cuda":
             assert p.min_driver and p.cuda_version and p.torch_cuda and p.compute_capabilities
             assert p.base_image.startswith(f"nvidia/cuda:{p.cuda_version}.")
-            assert parse_version(p.torch_cuda) <= parse_version(p.cuda_version)
+            assert parse_cuda(p.torch_cuda) <= parse_cuda(p.cuda_version)
         else:
             assert p.min_driver is None and p.cuda_version is None
     # The drivers of the brief: R580+ for 13.x, R575+ for 12.9, R535 for <= 12.2.
@@ -151,10 +156,24 @@ def test_get_profile_unknown() -> None:
         get_profile("cu999")
 
 
-def test_parse_version() -> None:
+def test_min_driver_comes_from_the_cuda_driver_table() -> None:
+    """A row states its base image's CUDA; its minimum driver is the CUDA ↔ driver table's, never typed twice."""
+    for p in COMPAT_TABLE:
+        assert p.min_driver == (min_driver_version(p.cuda_version) if p.cuda_version else None), p.key
+    assert get_profile("cu130").as_dict()["min_driver"] == "580.65.06"
+
+
+def test_refusal_names_the_branches_from_the_table() -> None:
+    msg = check_host("0.32.0", "535.261.03", ["9.0"], allow_fallback=False) or ""
+    assert "R580+ for CUDA 13.0, R575+ for CUDA 12.9" in msg
+    assert "older than compute capability 7.0" in msg
+
+
+def test_version_parsers() -> None:
+    """One parser per kind of version: vLLM releases (planner rules) and NVIDIA drivers (cuda_driver)."""
     assert parse_version("0.6.3.post1") == (0, 6, 3)
-    assert parse_version("535.261.03") == (535, 261, 3)
-    assert parse_version("535.261.03") > parse_version("535.54.03")
+    assert parse_driver_version("535.261.03") == (535, 261, 3)
+    assert parse_driver_version("535.261.03") > parse_driver_version("535.54.03")
 
 
 _drivers = st.tuples(st.integers(400, 700), st.integers(0, 300), st.integers(0, 99)).map(
@@ -170,7 +189,7 @@ def test_choice_always_runs_and_upgrades_never_hurt(driver: str, ccs: list[str])
     except ImageCompatError:
         decision = None
     if decision is not None:
-        assert parse_version(driver) >= parse_version(decision.profile.min_driver or "0")
+        assert parse_driver_version(driver) >= parse_driver_version(decision.profile.min_driver or "0")
         assert set(ccs) <= set(decision.profile.compute_capabilities)
         newer = select_image("0.32.0", "999.0.0", ccs)  # a newer driver never loses the image
         assert parse_version(newer.profile.vllm_version) >= parse_version(decision.profile.vllm_version)

@@ -1,10 +1,10 @@
-"""The thin filter wrappers (plugins/filter/vllm_image.py): same answers as the core, AnsibleFilterError on bad input."""
+"""The thin filter wrappers (plugins/filter/image.py): same answers as the core, AnsibleFilterError on bad input."""
 
 from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.filter.vllm_image import FilterModule
+from ansible_collections.vllm_fleet.fleet.plugins.filter.image import FilterModule
 
 F = FilterModule().filters()
 

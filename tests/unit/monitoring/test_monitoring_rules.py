@@ -164,7 +164,7 @@ def test_dashboard_queries_use_only_exported_series() -> None:
 
 
 def test_targets_from_inventory_hostvars() -> None:
-    from ansible_collections.vllm_fleet.fleet.plugins.filter.monitoring import monitoring_targets
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.observe import monitoring_targets
 
     hostvars = {
         "a": {"ansible_host": "127.0.0.2", "vllm_serve_port": 18000},

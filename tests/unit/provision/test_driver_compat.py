@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.filter import driver_compat as flt
+from ansible_collections.vllm_fleet.fleet.plugins.filter import provision as flt
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision import driver as dc
 
 
@@ -35,7 +35,10 @@ def test_parse_branch_rejects(value):
         ("570", "12.8", True),
         ("570", "12.9", False),
         ("580", "13.0", True),
-        ("580", "13.2", True),  # 13.x: minor-version compatibility
+        # R580 reports CUDA 13.0: a 13.2 image's NVIDIA_REQUIRE_CUDA=cuda>=13.2 refuses it (minor-version
+        # compatibility is not assumed; provision/cuda_driver.py).
+        ("580", "13.1", False),
+        ("580", "13.2", False),
         ("580", "12.9", True),
         ("580", "14.0", False),
         ("580.95.05", "12.2.1", True),
@@ -56,6 +59,8 @@ def test_too_old_branch_message_names_the_fix():
     )
     ok, msg = dc.check_branch_supports_cuda("580", "14.0")
     assert not ok and "no known branch supports it" in msg
+    ok, msg = dc.check_branch_supports_cuda("580", "13.2")
+    assert not ok and "it needs driver R595 or newer, which this role does not install" in msg
 
 
 def test_unknown_branch_and_bad_cuda():

@@ -1,47 +1,7 @@
-# Thin filter wrappers around plugins/plugin_utils/provision/driver.py (the logic and its tests live there).
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""Provision filters: thin wrappers over plugins/plugin_utils/provision/ (docs: one <filter>.yml each)."""
 from __future__ import annotations
-
-DOCUMENTATION = r"""
-name: nvidia_driver_cuda_check
-short_description: Check an NVIDIA driver branch against the CUDA version of the planned image
-description:
-  - Returns a dict C(ok) (bool) and C(msg) (one line) saying whether driver branch I(_input) can run
-    an image built for CUDA I(cuda) (R535 → CUDA ≤ 12.2, R575 → 12.9, R580 → 13.x).
-  - The same file also provides C(nvidia_driver_packages), C(nvidia_fabricmanager_package),
-    C(nvidia_driver_branch), C(nvidia_cuda_repo_path), C(nvidia_smi_state) and C(nvidia_loaded_driver_version); see EXAMPLES.
-positional: cuda
-options:
-  _input:
-    description: Driver branch (V(535)) or version (V(535.261.03)).
-    type: raw
-    required: true
-  cuda:
-    description: CUDA version the planned image is built with, e.g. V(12.2).
-    type: str
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Refuse a driver too old for the image
-  ansible.builtin.assert:
-    that: (nvidia_driver_branch | vllm_fleet.fleet.nvidia_driver_cuda_check('12.2')).ok
-- name: Packages for the branch
-  ansible.builtin.debug:
-    msg: "{{ 'Ubuntu' | vllm_fleet.fleet.nvidia_driver_packages('distro', '535') }}"
-    # → ['nvidia-driver-535-server', 'nvidia-utils-535-server']
-- name: Fabric manager pinned to the installed driver
-  ansible.builtin.debug:
-    msg: "{{ '580' | vllm_fleet.fleet.nvidia_fabricmanager_package('580.95.05-1') }}"
-- name: Classify nvidia-smi
-  ansible.builtin.debug:
-    msg: "{{ smi.rc | vllm_fleet.fleet.nvidia_smi_state(smi.stdout ~ smi.stderr) }}"
-"""
-
-RETURN = r"""
-_value:
-  description: C(ok) and C(msg).
-  type: dict
-"""
 
 from typing import Any
 

@@ -1,42 +1,17 @@
-DOCUMENTATION = r"""
-name: monitoring_alert_rules
-short_description: Prometheus alert rules for vLLM endpoints (real vLLM 0.32 and DCGM series)
-description:
-  - Builds the rule file dict from thresholds; render it with C(to_nice_yaml).
-  - Also provides C(monitoring_scrape_configs), C(monitoring_targets), C(monitoring_dashboard) and the
-    auto-tune helpers C(autotune_grid), C(autotune_choose), C(autotune_overrides).
-options:
-  _input:
-    description: Thresholds (keys of C(DEFAULT_THRESHOLDS) in C(plugin_utils/observe/monitoring.py)).
-    type: dict
-    required: true
-  runbook_base_url:
-    description: Base URL or path of docs/runbooks; each alert gets C(runbook_url=<base>/<file>.md).
-    type: str
-    default: docs/runbooks
-"""
-
-EXAMPLES = r"""
-- name: Render the rules
-  ansible.builtin.copy:
-    content: "{{ {'kv_cache_usage_max': 0.9} | vllm_fleet.fleet.monitoring_alert_rules(runbook_base_url='https://x/docs/runbooks') | to_nice_yaml }}"
-    dest: /etc/prometheus/rules/vllm-fleet.rules.yml
-    mode: "0644"
-"""
-
-RETURN = r"""
-_value:
-  description: The rule file (C(groups) list) as a dict.
-  type: dict
-"""
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""Observe filters (monitoring, auto-tune, plan feedback): thin wrappers over plugins/plugin_utils/observe/."""
+from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 
+# ---- monitoring -----------------------------------------------------------------------------------
 
 def monitoring_alert_rules(
     thresholds: Mapping[str, Any], runbook_base_url: str = "docs/runbooks"
@@ -99,6 +74,8 @@ def monitoring_dashboard(title: str, datasource_uid: str = "prometheus") -> dict
     return mr.dashboard(title, datasource_uid)
 
 
+# ---- auto-tune ------------------------------------------------------------------------------------
+
 def autotune_grid(max_num_seqs: list[int], max_num_batched_tokens: list[int]) -> list[dict[str, int]]:
     try:
         return at.trial_grid(max_num_seqs, max_num_batched_tokens)
@@ -119,6 +96,41 @@ def autotune_overrides(decision: dict[str, Any], current: dict[str, Any] | None 
     return at.group_overrides(decision, current)
 
 
+# ---- plan feedback --------------------------------------------------------------------------------
+
+def _entries(logs: Any) -> list[dict[str, str]]:
+    if not isinstance(logs, list):
+        raise AnsibleFilterError("vllm_plan_feedback: input must be a list")
+    out = []
+    for entry in logs:
+        if not isinstance(entry, Mapping):
+            raise AnsibleFilterError(f"vllm_plan_feedback: entry is not a dict: {entry!r:.80}")
+        if "replica" in entry and "log" in entry:
+            out.append({"replica": str(entry["replica"]), "log": str(entry["log"])})
+            continue
+        item = entry.get("item")
+        name = item.get("container") if isinstance(item, Mapping) else item
+        if not name:
+            raise AnsibleFilterError("vllm_plan_feedback: a command result without item.container")
+        # vLLM logs to stderr; docker logs keeps the two streams apart.
+        text = "\n".join(str(entry.get(k) or "") for k in ("stdout", "stderr"))
+        out.append({"replica": str(name), "log": text})
+    return out
+
+
+def vllm_plan_feedback(logs: Any, plan: Any, host: str, tolerance: float = pf.DEFAULT_TOLERANCE) -> dict[str, Any]:
+    try:
+        return pf.host_feedback(host, plan, _entries(logs), float(tolerance))
+    except (pf.FeedbackError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_plan_feedback: {exc}") from exc
+
+
+def vllm_plan_feedback_line(report: Any) -> str:
+    if not isinstance(report, Mapping):
+        raise AnsibleFilterError("vllm_plan_feedback_line: input must be a report dict")
+    return pf.summary_line(report)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -129,4 +141,6 @@ class FilterModule:
             "autotune_grid": autotune_grid,
             "autotune_choose": autotune_choose,
             "autotune_overrides": autotune_overrides,
+            "vllm_plan_feedback": vllm_plan_feedback,
+            "vllm_plan_feedback_line": vllm_plan_feedback_line,
         }

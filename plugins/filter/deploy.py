@@ -1,63 +1,7 @@
 # Copyright: (c) 2026, vllm-fleet contributors
 # Apache-2.0 (see galaxy.yml)
-"""Thin filter wrappers over plugins/module_utils/{rollout,vllm_launch}.py for the vllm_serve role."""
-
+"""Deploy filters: thin wrappers over plugins/plugin_utils/deploy/ (docs: one <filter>.yml each)."""
 from __future__ import annotations
-
-DOCUMENTATION = r"""
----
-name: vllm_engine_config
-short_description: The vLLM config file content for one replica
-version_added: "0.1.0"
-description:
-  - The plan's C(engine_args), the user's pinned overrides (a null value removes an argument) and the
-    deployment's keys (C(model), C(served-model-name), C(host), C(port)), sorted, for C(--config FILE).
-  - The same file also exports C(vllm_replicas), C(vllm_health_gate), C(vllm_serial), C(vllm_metric_sum)
-    and C(vllm_multinode); see the README of the C(vllm_serve) role.
-options:
-  _input:
-    description: The plan (Contract 2 in docs/architecture.md).
-    type: dict
-    required: true
-  model_path:
-    description: Model directory inside the container.
-    type: str
-    required: true
-  served_model_name:
-    description: Name the API serves the model under.
-    type: str
-    required: true
-  host:
-    description: Bind address.
-    type: str
-    required: true
-  port:
-    description: Port.
-    type: int
-    required: true
-  overrides:
-    description: Engine arguments the user pins.
-    type: dict
-    default: {}
-author:
-  - vllm-fleet contributors
-"""
-
-EXAMPLES = r"""
-- name: Render the engine config
-  ansible.builtin.copy:
-    content: >-
-      {{ plan | vllm_fleet.fleet.vllm_engine_config(model_path='/models/tiny', served_model_name='tiny',
-         host='127.0.0.1', port=18210) | to_nice_yaml }}
-    dest: /etc/vllm-fleet/vllm/engine.yaml
-    mode: "0644"
-"""
-
-RETURN = r"""
-_value:
-  description: Option name (no leading dashes) to value.
-  type: dict
-"""
 
 from typing import Any
 
@@ -137,8 +81,6 @@ def vllm_multinode(plan: Any, **kwargs: Any) -> list[dict[str, Any]]:
 
 
 class FilterModule:
-    """vllm_serve's filters."""
-
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_engine_config": vllm_engine_config,

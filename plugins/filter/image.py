@@ -1,0 +1,77 @@
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""Image filters: thin wrappers over plugins/plugin_utils/image/ (docs: one <filter>.yml each)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as ib
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as ic
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import tag as it
+
+
+def vllm_image_select(
+    vllm_version: Any,
+    driver_version: Any = None,
+    compute_capabilities: Any = None,
+    variant: str = "cuda",
+    allow_fallback: bool = True,
+    registry_mirror: str = "",
+    cpu_base_image: str = "",
+) -> dict[str, Any]:
+    try:
+        decision = ic.select_image(
+            str(vllm_version),
+            str(driver_version) if driver_version else None,
+            [str(c) for c in (compute_capabilities or [])],
+            variant=str(variant),
+            allow_fallback=bool(allow_fallback),
+        ).as_dict()
+        decision["base_image"] = ib.resolve_base_image(
+            decision["profile"], str(registry_mirror or ""), str(cpu_base_image or "")
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_image_select: {exc}") from exc
+    return decision
+
+
+def vllm_image_check(
+    vllm_version: Any,
+    driver_version: Any = None,
+    compute_capabilities: Any = None,
+    variant: str = "cuda",
+    allow_fallback: bool = True,
+) -> str | None:
+    return ic.check_host(
+        str(vllm_version),
+        str(driver_version) if driver_version else None,
+        [str(c) for c in (compute_capabilities or [])],
+        variant=str(variant),
+        allow_fallback=bool(allow_fallback),
+    )
+
+
+def vllm_image_plan(profile: Mapping[str, Any], **options: Any) -> dict[str, Any]:
+    try:
+        return ib.build_plan(profile, **options)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_image_plan: {exc}") from exc
+
+
+def vllm_image_tag(inputs: Mapping[str, Any]) -> str:
+    try:
+        return it.image_tag(inputs)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_image_tag: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "vllm_image_select": vllm_image_select,
+            "vllm_image_check": vllm_image_check,
+            "vllm_image_plan": vllm_image_plan,
+            "vllm_image_tag": vllm_image_tag,
+        }

@@ -1,0 +1,109 @@
+"""One candidate GPU layout (TP x PP) evaluated against the memory model: blocks, tokens, concurrency."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .context import GpuInputs
+from .hardware import CUDA_CONTEXT_MIB, MIB
+from .memory import (
+    NON_TORCH_BASE,
+    NON_TORCH_MULTI_GPU,
+    KvLayout,
+    LayerCounts,
+    Memory,
+    activation_bytes,
+    cuda_graph_bytes,
+    kv_layout,
+    stage_kind_counts,
+    weights_per_stage,
+)
+from .model import ModelSpec, stage_layers
+from .rules import VersionRules
+from .scheduler import Schedule
+
+
+@dataclass(slots=True)  # built in the hot loop: slots, not frozen (frozen init costs ~2x); never mutated
+class Candidate:
+    """A layout with its scheduler values and what the KV pool of its limiting GPU holds."""
+
+    tp: int
+    pp: int
+    memory: Memory
+    num_blocks: int
+    layout: KvLayout
+    kv_tokens: int
+    concurrency: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    fits_one_request: bool
+    layer_counts: LayerCounts = ()  # layer kinds on the limiting GPU
+    in_flight: int = 0
+
+    @property
+    def world(self) -> int:
+        """GPUs one instance of this layout uses."""
+        return self.tp * self.pp
+
+    def longest_fitting_len(self, spec: ModelSpec, kv_dtype_bytes: int, upper: int) -> int:
+        """Largest max_model_len whose one request fits this KV pool (vLLM binary-searches the same)."""
+        low, high = 0, upper
+        while low < high:
+            mid = (low + high + 1) // 2
+            need = kv_layout(spec, self.layer_counts, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
+                             self.in_flight).needed_bytes_per_request
+            if need <= max(self.memory.kv_cache, 0):
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+
+def non_torch_bytes(rules: VersionRules, world: int) -> int:
+    """Memory allocated outside torch after vLLM's snapshot (charged to the budget)."""
+    non_torch = NON_TORCH_BASE + (NON_TORCH_MULTI_GPU if world > 1 else 0)
+    if rules.version < (0, 7, 0):
+        non_torch += CUDA_CONTEXT_MIB * MIB  # 0.6.x measured non-torch memory from before the CUDA context
+    return non_torch
+
+
+def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_model_len: int,
+             sched: Schedule) -> Candidate:
+    """Size every pipeline stage under the budget ``util`` and keep the stage with the fewest KV blocks."""
+    ctx = g.plan
+    spec, rules, prec = ctx.spec, ctx.rules, ctx.precision
+    seqs, tokens = sched.max_num_seqs, sched.max_num_batched_tokens
+    total = g.gpu.memory_mib * MIB
+    budget = math.ceil(total * util)
+    weights = weights_per_stage(spec, tp, pp, prec.dense_bytes, prec.quant, ctx.weights_total_bytes)
+    stage_counts = stage_kind_counts(spec.layer_kinds, pp)
+    non_torch = non_torch_bytes(rules, tp * pp)
+    in_flight = (2 if pp == 1 else pp) * tokens  # async scheduling (PP 1) keeps two batches in flight
+    expert_parallel = spec.is_moe and tp * pp > 1
+    charged = rules.cudagraph_charged_to_budget
+    num_blocks_min: int | None = None
+    limiting: tuple[Memory, KvLayout, LayerCounts] | None = None
+    for s, count in enumerate(stage_layers(spec.num_layers, pp)):
+        kinds = stage_counts[s]
+        act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, prec.act_bytes, expert_parallel)
+        cg = 0 if g.eager else cuda_graph_bytes(spec, count, seqs, g.gpu.compute_capability)
+        kv = budget - weights[s] - act - non_torch - (cg if charged else 0)
+        layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight)
+        blocks = max(kv, 0) // layout.bytes_per_block
+        if num_blocks_min is None or blocks < num_blocks_min:
+            num_blocks_min = blocks
+            limiting = (Memory(total=total, budget=budget, weights=weights[s], activation=act, non_torch=non_torch,
+                               cuda_graph=cg, cuda_graph_charged=charged, kv_cache=kv, outside_budget=outside),
+                        layout, kinds)
+    assert limiting is not None and num_blocks_min is not None
+    mem, layout, kinds = limiting
+    concurrency = num_blocks_min / layout.blocks_per_request if layout.blocks_per_request else 0.0
+    kv_tokens = int(concurrency * max_model_len)
+    if rules.engine == "v0":  # V0 logged "# GPU blocks: N"; capacity is blocks x block size
+        kv_tokens = num_blocks_min * layout.block_size
+    fits = mem.kv_cache > 0 and layout.needed_bytes_per_request <= mem.kv_cache
+    return Candidate(tp=tp, pp=pp, memory=mem, num_blocks=num_blocks_min, layout=layout, kv_tokens=kv_tokens,
+                     concurrency=concurrency, max_model_len=max_model_len, max_num_seqs=seqs,
+                     max_num_batched_tokens=tokens, fits_one_request=fits, layer_counts=kinds, in_flight=in_flight)

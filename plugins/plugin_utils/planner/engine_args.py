@@ -1,0 +1,101 @@
+"""User engine arguments in and out: normalise and validate them, refuse removed flags, render CLI args."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import PlanError, as_int
+from .model import ModelSpec
+from .rules import REMOVED_ENV_VARS, VersionRules
+
+ENGINE_ARG_ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size"}
+INT_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "max-model-len", "max-num-seqs",
+            "max-num-batched-tokens", "block-size", "kv-cache-memory-bytes", "optimization-level",
+            "data-parallel-size")
+# Output order of the engine args the planner decides; any other (user) arg follows in insertion order.
+ENGINE_ARG_ORDER = ("model", "tensor-parallel-size", "pipeline-parallel-size", "gpu-memory-utilization",
+                    "kv-cache-memory-bytes", "max-model-len", "max-num-seqs", "max-num-batched-tokens", "dtype",
+                    "quantization", "kv-cache-dtype", "block-size", "enable-expert-parallel", "enforce-eager")
+
+
+def _typed_value(key: str, value: Any) -> Any:
+    """One user value checked and converted for its (dash-form) key."""
+    if key in INT_ARGS:
+        number = as_int(value, f"--{key}")
+        if number <= 0 and key != "optimization-level":
+            raise PlanError(f"--{key} must be positive, not {number}")
+        return number
+    if key == "gpu-memory-utilization":
+        try:
+            fraction = float(value)
+        except (TypeError, ValueError):
+            raise PlanError(f"--gpu-memory-utilization must be a number, not {value!r}") from None
+        if not 0.0 < fraction <= 1.0:
+            raise PlanError(f"--gpu-memory-utilization must be in (0, 1], not {fraction}: it is a fraction "
+                            "of each GPU's memory")
+        return fraction
+    if key == "enforce-eager" and not isinstance(value, bool):
+        raise PlanError(f"--enforce-eager is a switch (true/false), not {value!r}")
+    return value
+
+
+def normalise_engine_args(engine_args: dict[str, Any] | None, rules: VersionRules) -> dict[str, Any]:
+    """User engine args -> dash-form keys with typed values; refuse removed/unknown-typed ones."""
+    result: dict[str, Any] = {}
+    for raw_key, value in (engine_args or {}).items():
+        if value is None:
+            continue
+        key = str(raw_key).strip().lstrip("-").replace("_", "-")
+        key = ENGINE_ARG_ALIASES.get(key, key)
+        if key in rules.removed_flags:
+            raise PlanError(f"--{key} was removed from vLLM {rules.text} (serve exits 2 on it): "
+                            f"use {rules.removed_flags[key]}")
+        result[key] = _typed_value(key, value)
+    return result
+
+
+def parse_extra_args(extra: list[str], rules: VersionRules) -> None:
+    """Refuse removed flags and removed VLLM_* variables in free-form extra args."""
+    for item in extra:
+        text = str(item).strip()
+        if text.startswith("--"):
+            flag = text[2:].split("=", 1)[0]
+            if flag in rules.removed_flags:
+                raise PlanError(f"extra arg --{flag} was removed from vLLM {rules.text}: "
+                                f"use {rules.removed_flags[flag]}")
+        name = text.split("=", 1)[0]
+        if name in REMOVED_ENV_VARS:
+            raise PlanError(f"{name} no longer exists in vLLM {rules.text}: use {REMOVED_ENV_VARS[name]}")
+
+
+def wanted_max_model_len(spec: ModelSpec, user: dict[str, Any], limit_note: str = "") -> int:
+    """The user's --max-model-len (refused above the model's limit), else the model's limit.
+
+    ``limit_note`` is appended to the limit in the refusal (e.g. how the limit was derived).
+    """
+    model_max = spec.max_model_len
+    if "max-model-len" in user and int(user["max-model-len"]) > model_max:
+        raise PlanError(f"--max-model-len {user['max-model-len']} is above the model's limit of {model_max} "
+                        f"tokens{limit_note}: lower it")
+    return int(user.get("max-model-len", model_max))
+
+
+def ordered_engine_args(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """Engine args in ENGINE_ARG_ORDER first, then the rest in the order they were set."""
+    ordered = {k: engine_args[k] for k in ENGINE_ARG_ORDER if k in engine_args}
+    ordered.update({k: v for k, v in engine_args.items() if k not in ordered})
+    return ordered
+
+
+def to_cli_args(engine_args: dict[str, Any]) -> list[str]:
+    """Engine args -> the argument list for ``vllm serve`` (the model is positional there)."""
+    args: list[str] = []
+    for key, value in engine_args.items():
+        if key == "model":
+            continue
+        if isinstance(value, bool):
+            if value:
+                args.append(f"--{key}")
+            continue
+        args += [f"--{key}", str(value)]
+    return args

@@ -1,0 +1,213 @@
+"""The per-GPU memory model: weights, activation peak, CUDA graphs and the KV-cache layout (vLLM's sizing)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .hardware import GIB, MIB, cc_tuple
+from .model import ModelSpec, Quantization, stage_layers, weights_bytes_per_gpu
+from .rules import cudagraph_capture_sizes
+
+NON_TORCH_BASE = 60 * MIB  # cuBLAS/cuBLASLt workspaces and small driver allocations after the snapshot
+NON_TORCH_MULTI_GPU = 150 * MIB  # custom all-reduce buffers and lazily grown NCCL buffers (TP/PP > 1)
+CUDA_GRAPH_PER_LAYER_GRAPH = int(0.36 * MIB)  # pool memory per (layer, captured size), 0.10-0.28 logs
+PROFILE_RUN_WORKSPACE = 64 * MIB  # hidden-state and attention workspaces of the profile run
+MULTIMODAL_PROFILE_BYTES = 256 * MIB  # vision encoder dummy batch and encoder cache during profiling
+
+
+def _gib(x: int) -> float:
+    """Bytes -> GiB, 3 decimals."""
+    return round(x / GIB, 3)
+
+
+@dataclass(frozen=True)
+class MemoryGib:
+    """The per-GPU memory split in GiB, rounded to 3 places (CONTRACT 2 ``memory_gib``)."""
+
+    total: float
+    budget: float
+    weights: float
+    activation: float
+    non_torch: float
+    cuda_graph: float
+    kv_cache: float
+    outside_budget: float
+    headroom: float
+
+    def to_dict(self) -> dict[str, float]:
+        """The CONTRACT 2 mapping, keys in contract order."""
+        return {"total": self.total, "budget": self.budget, "weights": self.weights,
+                "activation": self.activation, "non_torch": self.non_torch, "cuda_graph": self.cuda_graph,
+                "kv_cache": self.kv_cache, "outside_budget": self.outside_budget, "headroom": self.headroom}
+
+
+@dataclass(slots=True)  # built in the hot loop: slots, not frozen (frozen init costs ~2x); never mutated
+class Memory:
+    """Per-GPU bytes (the stage that limits, under pipeline parallelism)."""
+
+    total: int
+    budget: int
+    weights: int
+    activation: int
+    non_torch: int
+    cuda_graph: int
+    cuda_graph_charged: bool
+    kv_cache: int
+    outside_budget: int  # CUDA context + NCCL + co-located, before vLLM's snapshot
+
+    @property
+    def before_kv(self) -> int:
+        """Bytes the budget must hold before any KV cache."""
+        return (self.weights + self.activation + self.non_torch
+                + (self.cuda_graph if self.cuda_graph_charged else 0))
+
+    def gib(self) -> MemoryGib:
+        """The split in GiB; headroom is what neither the budget nor the outside-budget items use."""
+        return MemoryGib(
+            total=_gib(self.total), budget=_gib(self.budget), weights=_gib(self.weights),
+            activation=_gib(self.activation), non_torch=_gib(self.non_torch), cuda_graph=_gib(self.cuda_graph),
+            kv_cache=_gib(max(self.kv_cache, 0)), outside_budget=_gib(self.outside_budget),
+            headroom=_gib(self.total - self.budget - self.outside_budget
+                          - (0 if self.cuda_graph_charged else self.cuda_graph)))
+
+
+def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
+                     act_bytes: int, expert_parallel: bool = False) -> int:
+    """Transient peak of vLLM's profile run (dummy forward with max_num_batched_tokens tokens, then the
+    sampler on min(max_num_seqs, tokens) rows of fp32 logits).
+
+    The forward peak is the MLP: gate_up output (2*I/TP) plus the activation output (I/TP) for every
+    token (MoE: per routed token and expert slot); hidden-state buffers add a few rows of hidden size.
+    The sampler holds the fp32 logits and one working copy over the full (gathered) vocabulary.
+    """
+    tokens = max_num_batched_tokens
+    h = spec.hidden_size
+    if spec.is_moe:
+        # fused MoE: every token goes to top-k expert slots; with expert parallelism experts are whole
+        # (not sliced by TP). Buffers: gate_up output (2N) + activation (N) per slot, the w13 workspace
+        # (max(2N, hidden)) and the permute/unpermute copies of the hidden states.
+        k = max(spec.experts_per_token, 1)
+        n = spec.moe_intermediate_size / (1 if expert_parallel else tp)
+        mlp = tokens * k * (3 * n + max(2 * n, h) + 2 * h) * act_bytes
+        if spec.shared_expert_intermediate_size:
+            mlp += tokens * 3 * spec.shared_expert_intermediate_size / tp * act_bytes
+    else:
+        mlp = tokens * 3 * spec.intermediate_size / tp * act_bytes
+    if spec.mla:
+        qkv = spec.num_heads / tp * (spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim) \
+            + spec.kv_lora_rank
+    else:
+        qkv = (spec.num_heads / tp + 2 * spec.kv_heads_per_gpu(tp)) * spec.head_dim
+    hidden = tokens * (3 * h + qkv) * act_bytes
+    rows = min(max_num_seqs, tokens)
+    sampler = rows * spec.vocab_size * 4 * 2
+    peak = mlp + hidden + sampler + PROFILE_RUN_WORKSPACE
+    if spec.multimodal:
+        peak += MULTIMODAL_PROFILE_BYTES
+    return int(peak)
+
+
+@lru_cache(maxsize=1024)
+def _capture_size_count(max_num_seqs: int, cc: str) -> int:
+    """How many batch sizes vLLM captures CUDA graphs for (cached: every layout re-asks)."""
+    return len(cudagraph_capture_sizes(max_num_seqs, blackwell=cc_tuple(cc)[0] == 10))
+
+
+def cuda_graph_bytes(spec: ModelSpec, layers_on_gpu: int, max_num_seqs: int, cc: str) -> int:
+    """CUDA-graph pool estimate: captured sizes x layers on this GPU (piecewise graphs split at every
+    attention layer); MoE layers keep roughly twice the buffers."""
+    sizes = _capture_size_count(max_num_seqs, cc)
+    factor = 2 if spec.is_moe else 1
+    return sizes * layers_on_gpu * CUDA_GRAPH_PER_LAYER_GRAPH * factor
+
+
+def weights_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization,
+                      weights_total_bytes: int | None) -> list[int]:
+    """Weight bytes per GPU of each pipeline stage, scaled to the checkpoint's real size when known."""
+    per_stage = list(weights_bytes_per_gpu(spec, tp, pp, dense_bytes, quant))
+    if weights_total_bytes:
+        # Scale the architecture's split to the checkpoint's real size (safetensors index total_size).
+        arch_total = sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant))
+        if arch_total > 0:
+            scale = weights_total_bytes / arch_total
+            per_stage = [int(w * scale) for w in per_stage]
+    return per_stage
+
+
+# --- The KV-cache layout ------------------------------------------------------------------------
+
+LayerCounts = tuple[tuple[str, int], ...]  # ((layer kind, count), ...) in first-seen order
+
+
+@dataclass(slots=True)  # built in the hot loop: slots, not frozen (frozen init costs ~2x); never mutated
+class KvLayout:
+    """How vLLM groups layers into KV-cache groups and sizes one block (kv_cache_utils.py)."""
+
+    bytes_per_block: int
+    blocks_per_request: int
+    needed_bytes_per_request: int
+    block_size: int
+
+
+def kind_counts(layer_kinds: tuple[str, ...] | list[str]) -> LayerCounts:
+    """Layer kinds -> ((kind, count), ...) in first-seen order."""
+    counts: dict[str, int] = {}
+    for kind in layer_kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    return tuple(counts.items())
+
+
+@lru_cache(maxsize=1024)
+def stage_kind_counts(layer_kinds: tuple[str, ...], pp: int) -> tuple[LayerCounts, ...]:
+    """The layer-kind counts of each pipeline stage (vLLM's even layer split)."""
+    result = []
+    start = 0
+    for count in stage_layers(len(layer_kinds), pp):
+        result.append(kind_counts(layer_kinds[start:start + count]))
+        start += count
+    return tuple(result)
+
+
+def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_bytes: int,
+              block_size: int, max_model_len: int, in_flight_tokens: int) -> KvLayout:
+    """Bytes per block and blocks one max-length request needs, for the layers on one GPU.
+
+    Uniform models form one group (bytes_per_block = sum of layer pages). Hybrid models bucket layers by
+    type; the group size is the smallest bucket (or the largest if < 1.5x the smallest), buckets split
+    into groups of that size; bytes_per_block = group_size x page (kv_cache_utils.py:1362-1551).
+    """
+    attn_page = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes) * block_size
+    counts = dict(layer_counts)
+    full_blocks = math.ceil(max_model_len / block_size)
+    sw_tokens = min(spec.sliding_window - 1 + in_flight_tokens, max_model_len) if spec.sliding_window else 0
+    sw_blocks = math.ceil(sw_tokens / block_size) + 1 if spec.sliding_window else 0
+    per_kind_blocks = {"full": full_blocks, "sliding": sw_blocks, "mamba": 1}
+    if len(counts) == 1:
+        kind = next(iter(counts))
+        n = counts[kind]
+        if kind == "mamba":
+            page = spec.mamba_state_bytes
+            return KvLayout(bytes_per_block=n * page, blocks_per_request=1, needed_bytes_per_request=n * page,
+                            block_size=block_size)
+        blocks = per_kind_blocks[kind]
+        return KvLayout(bytes_per_block=n * attn_page, blocks_per_request=blocks,
+                        needed_bytes_per_request=n * attn_page * blocks, block_size=block_size)
+    smallest, largest = min(counts.values()), max(counts.values())
+    group_size = largest if largest < 1.5 * smallest else smallest
+    page = attn_page
+    if "mamba" in counts:
+        # Hybrid alignment: the attention block grows until one page holds the mamba state.
+        per_token = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes)
+        aligned = max(block_size, 16 * math.ceil(spec.mamba_state_bytes / (16 * per_token)))
+        block_size = aligned
+        page = per_token * block_size
+        full_blocks = math.ceil(max_model_len / block_size)
+        per_kind_blocks = {"full": full_blocks, "sliding": math.ceil(sw_tokens / block_size) + 1, "mamba": 1}
+    # Each group draws its blocks from the shared pool, padding included
+    # (kv_cache_utils.py _max_memory_usage_bytes_from_groups).
+    blocks_per_request = sum(math.ceil(n / group_size) * per_kind_blocks[kind] for kind, n in counts.items())
+    bytes_per_block = group_size * page
+    return KvLayout(bytes_per_block=bytes_per_block, blocks_per_request=blocks_per_request,
+                    needed_bytes_per_request=bytes_per_block * blocks_per_request, block_size=block_size)

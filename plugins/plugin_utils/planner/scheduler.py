@@ -1,0 +1,80 @@
+"""The scheduler limits: max_num_seqs and max_num_batched_tokens from the profile and the KV capacity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .context import PlanInputs
+from .decision import Decision
+from .inputs import Gpu
+from .rules import SchedulerDefaults, scheduler_defaults
+
+# vLLM's defaults depend only on the GPU, world size and mode, and every layout re-asks: cache them.
+_defaults = lru_cache(maxsize=256)(scheduler_defaults)
+UNBOUNDED_KV_TOKENS = 10**9  # a first KV estimate so large that only the profile caps max_num_seqs
+CUDA_GRAPH_SIZE_STEP = 8  # max_num_seqs >= 16 is rounded down to a multiple of this (a captured size)
+
+
+@dataclass(slots=True)  # built in the hot loop: slots, not frozen (frozen init costs ~2x); never mutated
+class Schedule:
+    """max_num_seqs and max_num_batched_tokens, each with its reason."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    seqs_reason: str
+    tokens_reason: str
+
+    def record(self, d: Decision) -> None:
+        """Emit both engine args."""
+        d.set("max-num-seqs", self.max_num_seqs, self.seqs_reason)
+        d.set("max-num-batched-tokens", self.max_num_batched_tokens, self.tokens_reason)
+
+
+def _max_num_seqs(ctx: PlanInputs, defaults: SchedulerDefaults, kv_tokens_estimate: int) -> tuple[int, str]:
+    """The user's value, else as many requests as the KV cache holds, capped by the profile's goal."""
+    if "max-num-seqs" in ctx.user:
+        return int(ctx.user["max-num-seqs"]), "set by you"
+    prof = ctx.profile
+    per_request = prof.request_tokens
+    fit = max(1, kv_tokens_estimate // per_request)
+    cap = min(prof.max_num_seqs_cap, defaults.max_num_seqs * (2 if prof.goal == "throughput" else 1))
+    seqs = max(1, min(fit, cap))
+    if seqs >= 16:
+        seqs -= seqs % CUDA_GRAPH_SIZE_STEP  # align with CUDA-graph capture sizes
+    return seqs, (f"{prof.name}: KV holds ~{fit} requests of {per_request} tokens; capped at {cap} "
+                  f"({'latency' if prof.goal == 'latency' else prof.goal} profile, vLLM default "
+                  f"{defaults.max_num_seqs} for this GPU)")
+
+
+def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: Gpu | None, seqs: int,
+                            max_model_len: int) -> tuple[int, str]:
+    """The user's value, else a step size for the profile's goal (vLLM's default on CPU)."""
+    if "max-num-batched-tokens" in ctx.user:
+        return int(ctx.user["max-num-batched-tokens"]), "set by you"
+    prof = ctx.profile
+    if prof.goal == "latency":
+        tokens = max(2048, min(8192, defaults.max_num_batched_tokens))
+        reason = (f"{prof.name}: {tokens}-token prefill chunks keep decode steps short "
+                  f"(p99 target {prof.p99_latency_ms} ms) with chunked prefill on")
+    elif prof.goal == "throughput":
+        tokens = max(8192, defaults.max_num_batched_tokens * 2)
+        reason = f"{prof.name}: large steps ({tokens} tokens) raise throughput; latency target is loose"
+    else:
+        tokens = max(8192, defaults.max_num_batched_tokens)
+        reason = f"{prof.name}: {tokens}-token chunks prefill {prof.prompt_tokens}-token prompts in few steps"
+    if gpu is None:
+        tokens = defaults.max_num_batched_tokens
+        reason = f"vLLM's CPU default ({tokens} = 2048 x world size)"
+    return min(tokens, seqs * max_model_len), reason
+
+
+def schedule(ctx: PlanInputs, gpu: Gpu | None, kv_tokens_estimate: int, max_model_len: int,
+             world: int) -> Schedule:
+    """max_num_seqs and max_num_batched_tokens from the profile and the predicted KV capacity."""
+    defaults = _defaults(gpu.name if gpu else None, gpu.memory_mib / 1024 if gpu else None,
+                          world if gpu is None else 1, ctx.policy.offline)
+    seqs, seqs_reason = _max_num_seqs(ctx, defaults, kv_tokens_estimate)
+    tokens, tokens_reason = _max_num_batched_tokens(ctx, defaults, gpu, seqs, max_model_len)
+    return Schedule(max_num_seqs=seqs, max_num_batched_tokens=tokens, seqs_reason=seqs_reason,
+                    tokens_reason=tokens_reason)
