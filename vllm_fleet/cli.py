@@ -13,11 +13,11 @@ import json
 import sys
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PROFILES, PlanError, plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PROFILES, PlanError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
     ModelFilesError,
     load_facts,
-    load_model,
+    plan_for_model,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_VLLM_VERSION
 
@@ -110,7 +110,6 @@ def _facts(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_plan(args: argparse.Namespace) -> dict[str, Any]:
-    config, weights_total, model_dir = load_model(args.model)
     engine_args = {flag[2:]: getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in ENGINE_FLAGS}
     if args.enforce_eager:
         engine_args["enforce-eager"] = True
@@ -122,9 +121,9 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
     policy = {"max_nodes": args.max_nodes, "co_located_mib": args.co_located_mib,
               "instances_per_gpu": args.instances_per_gpu, "safety_margin_mib": args.safety_margin_mib,
               "offline": args.offline}
-    return plan(_facts(args), config, profile=profile, vllm_version=args.vllm_version, engine_args=engine_args,
-                policy={k: v for k, v in policy.items() if v is not None}, weights_total_bytes=weights_total,
-                model_path=model_dir, extra_args=args.extra_arg)
+    return plan_for_model(_facts(args), args.model, profile=profile, vllm_version=args.vllm_version,
+                          engine_args=engine_args, policy={k: v for k, v in policy.items() if v is not None},
+                          extra_args=args.extra_arg)
 
 
 def _bar(memory: dict[str, float], width: int = 50) -> list[str]:

@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_SERVE_PORT
 
 # ---- monitoring -----------------------------------------------------------------------------------
 
@@ -27,41 +28,17 @@ def monitoring_targets(
     hostvars: Mapping[str, Any],
     port_var: str = "vllm_serve_port",
     ports_var: str = "vllm_serve_ports",
-    default_port: int = 8000,
+    default_port: int = DEFAULT_SERVE_PORT,
     plan_var: str = "vllm_serve_plan",
 ) -> list[dict[str, Any]]:
     """Per-host target descriptions from the inventory (address, vLLM ports, node exporter, DCGM)."""
-    result = []
-    for host in hosts:
-        hv = hostvars[host]
-        ports = hv.get(ports_var)
-        if not ports:
-            # vllm_serve runs plan.parallel.replicas servers on PORT, PORT+1, ... (roles/vllm_serve).
-            base = int(hv.get(port_var) or default_port)
-            plan = hv.get(plan_var) or {}
-            replicas = int((plan.get("parallel") or {}).get("replicas") or 1)
-            ports = list(range(base, base + replicas))
-        dcgm = hv.get("monitoring_dcgm_enabled")
-        if dcgm is None:
-            facts = hv.get("ansible_facts") or {}
-            gpu = facts.get("gpu") or {}
-            dcgm = bool(gpu.get("gpu_count") or 0)
-        result.append(
-            {
-                "host": host,
-                "address": hv.get("ansible_host") or host,
-                "vllm_ports": [int(p) for p in ports],
-                "node_exporter": bool(hv.get("monitoring_node_exporter_enabled", True)),
-                "dcgm": bool(dcgm),
-            }
-        )
-    return result
+    return mr.targets_from_inventory(hosts, hostvars, port_var, ports_var, default_port, plan_var)
 
 
 def monitoring_scrape_configs(
     targets: list[dict[str, Any]],
-    node_exporter_port: int = 9100,
-    dcgm_exporter_port: int = 9400,
+    node_exporter_port: int = mr.NODE_EXPORTER_PORT,
+    dcgm_exporter_port: int = mr.DCGM_EXPORTER_PORT,
     scrape_interval: str = "15s",
 ) -> list[dict[str, Any]]:
     try:
@@ -98,29 +75,9 @@ def autotune_overrides(decision: dict[str, Any], current: dict[str, Any] | None 
 
 # ---- plan feedback --------------------------------------------------------------------------------
 
-def _entries(logs: Any) -> list[dict[str, str]]:
-    if not isinstance(logs, list):
-        raise AnsibleFilterError("vllm_plan_feedback: input must be a list")
-    out = []
-    for entry in logs:
-        if not isinstance(entry, Mapping):
-            raise AnsibleFilterError(f"vllm_plan_feedback: entry is not a dict: {entry!r:.80}")
-        if "replica" in entry and "log" in entry:
-            out.append({"replica": str(entry["replica"]), "log": str(entry["log"])})
-            continue
-        item = entry.get("item")
-        name = item.get("container") if isinstance(item, Mapping) else item
-        if not name:
-            raise AnsibleFilterError("vllm_plan_feedback: a command result without item.container")
-        # vLLM logs to stderr; docker logs keeps the two streams apart.
-        text = "\n".join(str(entry.get(k) or "") for k in ("stdout", "stderr"))
-        out.append({"replica": str(name), "log": text})
-    return out
-
-
 def vllm_plan_feedback(logs: Any, plan: Any, host: str, tolerance: float = pf.DEFAULT_TOLERANCE) -> dict[str, Any]:
     try:
-        return pf.host_feedback(host, plan, _entries(logs), float(tolerance))
+        return pf.host_feedback(host, plan, pf.log_entries(logs), float(tolerance))
     except (pf.FeedbackError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_plan_feedback: {exc}") from exc
 

@@ -6,45 +6,30 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
     ModelFilesError,
-    load_model,
+    plan_for_model,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_VLLM_VERSION
 
 
 def vllm_plan(
     facts: Any,
     model: Any,
     profile: Any = "chat",
-    vllm_version: str = "0.32.0",
+    vllm_version: str = DEFAULT_VLLM_VERSION,
     engine_args: Any = None,
     policy: Any = None,
     extra_args: Any = None,
     served_model_path: Any = None,
 ) -> dict[str, Any]:
     """Plan one host; errors become AnsibleFilterError with the planner's one-line message."""
-    if not isinstance(facts, dict):
-        raise AnsibleFilterError(f"vllm_plan: input must be the gpu_facts dict, not {type(facts).__name__}")
     try:
-        if isinstance(model, dict):
-            config, weights_total, model_dir = model, None, None
-        else:
-            config, weights_total, model_dir = load_model(str(model))
-        result = plan(
-            facts,
-            config,
-            profile=profile,
-            vllm_version=str(vllm_version),
-            engine_args=dict(engine_args or {}),
-            policy=dict(policy or {}),
-            weights_total_bytes=weights_total,
-            model_path=str(served_model_path) if served_model_path else model_dir,
-            extra_args=[str(a) for a in (extra_args or [])],
-        )
+        return plan_for_model(facts, model, profile=profile, vllm_version=vllm_version, engine_args=engine_args,
+                              policy=policy, extra_args=extra_args, served_model_path=served_model_path)
     except (PlanError, ModelFilesError) as exc:
         raise AnsibleFilterError(f"vllm_plan: {exc}") from exc
-    return result
 
 
 class FilterModule:

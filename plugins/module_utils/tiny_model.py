@@ -30,8 +30,10 @@ DEFAULT_INTERMEDIATE_SIZE: Final = 512
 DEFAULT_MAX_POSITION_EMBEDDINGS: Final = 4096
 DEFAULT_DTYPE: Final = "bfloat16"
 
-# The CPU attention kernel of vLLM supports these head sizes (16 crashes it).
-SUPPORTED_HEAD_DIMS: Final = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+# The CPU attention kernel of vLLM supports these head sizes (16 crashes it). A host-side copy of the planner's
+# rules.CPU_ATTENTION_HEAD_SIZES: module_utils runs on the managed hosts and cannot import the controller's
+# plugin_utils; tests/unit/tiny_model/test_tiny_model_content.py checks that the two are equal.
+SUPPORTED_HEAD_DIMS: Final = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 UNK_TOKEN: Final = "<unk>"
 BOS_TOKEN: Final = "<s>"

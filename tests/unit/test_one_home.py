@@ -31,12 +31,11 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"ENGINE_ARG_ORDER", "INT_ENGINE_ARGS"}): "the planner's output order vs which engine args are ints",
     frozenset({"QUANT_MIN_CC", "SIXTEEN_BIT_DENSE_METHODS"}): "minimum compute capability per quantization method "
     "vs the methods whose unquantized layers stay 16-bit",
-    # Pending (planner split): planner/engine_args.py INT_ARGS should become the dash keys of
-    # rules.INT_ENGINE_ARGS (adding kv_cache_memory_bytes and optimization_level there); drop this entry then.
-    frozenset({"INT_ARGS", "INT_ENGINE_ARGS"}): "pending: the planner's INT_ARGS moves onto rules.INT_ENGINE_ARGS",
-    # Pending: vLLM's CPU attention head sizes (cpu_attn.py:69-70) belong in planner/rules.py; module_utils runs
-    # on the hosts and cannot import the planner, so its copy needs a consistency test (it also lacks 512).
-    frozenset({"SUPPORTED_HEAD_DIMS", "CPU_HEAD_DIMS"}): "pending: host-side copy of vLLM's CPU head sizes",
+    # module_utils runs on the hosts and cannot import the planner, so tiny_model.py keeps a copy of vLLM's CPU
+    # attention head sizes; tests/unit/tiny_model/test_tiny_model_content.py::test_head_sizes_are_the_planners
+    # fails when the copy and planner/rules.py differ.
+    frozenset({"SUPPORTED_HEAD_DIMS", "CPU_ATTENTION_HEAD_SIZES"}): "host-side copy of rules.CPU_ATTENTION_HEAD_SIZES, "
+    "kept equal by test_tiny_model_content.py::test_head_sizes_are_the_planners",
 }
 
 _CONSTRUCTORS = {"frozenset", "set", "tuple", "list", "dict"}

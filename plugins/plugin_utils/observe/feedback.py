@@ -139,6 +139,28 @@ def compare(
             "warnings": warnings}
 
 
+def log_entries(logs: Any) -> list[dict[str, str]]:
+    """:func:`host_feedback`'s ``logs`` from what the deploy play registered: ``{replica, log}`` entries as they
+    are, and the results of a looped ``docker logs`` command (``item.container``, ``stdout``, ``stderr``) as one
+    entry per container with both streams (vLLM logs to stderr; docker logs keeps the two apart)."""
+    if not isinstance(logs, list):
+        raise FeedbackError("input must be a list")
+    out = []
+    for entry in logs:
+        if not isinstance(entry, Mapping):
+            raise FeedbackError(f"entry is not a dict: {entry!r:.80}")
+        if "replica" in entry and "log" in entry:
+            out.append({"replica": str(entry["replica"]), "log": str(entry["log"])})
+            continue
+        item = entry.get("item")
+        name = item.get("container") if isinstance(item, Mapping) else item
+        if not name:
+            raise FeedbackError("a command result without item.container")
+        text = "\n".join(str(entry.get(k) or "") for k in ("stdout", "stderr"))
+        out.append({"replica": str(name), "log": text})
+    return out
+
+
 def host_feedback(
     host: str,
     plan: Mapping[str, Any],

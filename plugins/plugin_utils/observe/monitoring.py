@@ -19,9 +19,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_SERVE_PORT
+
 VLLM_JOB = "vllm"
 NODE_JOB = "node"
 DCGM_JOB = "dcgm"
+#: The exporters' default ports (node exporter, NVIDIA DCGM exporter); roles/monitoring/defaults uses the same.
+NODE_EXPORTER_PORT = 9100
+DCGM_EXPORTER_PORT = 9400
 
 # Alert name -> runbook file (docs/runbooks/<file>).
 RUNBOOKS: dict[str, str] = {
@@ -217,10 +222,50 @@ def alert_rules(
     return {"groups": [{"name": "vllm-fleet", "rules": rules}]}
 
 
+def targets_from_inventory(
+    hosts: Iterable[str],
+    hostvars: Mapping[str, Any],
+    port_var: str = "vllm_serve_port",
+    ports_var: str = "vllm_serve_ports",
+    default_port: int = DEFAULT_SERVE_PORT,
+    plan_var: str = "vllm_serve_plan",
+) -> list[dict[str, Any]]:
+    """Per-host target descriptions (the input of :func:`scrape_configs`) from the inventory's hostvars.
+
+    vLLM ports: ``ports_var`` if set, else ``plan.parallel.replicas`` ports from ``port_var`` (or
+    ``default_port``) up, as roles/vllm_serve starts them. DCGM: ``monitoring_dcgm_enabled``, else whether the
+    host's gpu facts count any GPU. Node exporter: ``monitoring_node_exporter_enabled`` (default on).
+    """
+    result = []
+    for host in hosts:
+        hv = hostvars[host]
+        ports = hv.get(ports_var)
+        if not ports:
+            base = int(hv.get(port_var) or default_port)
+            plan = hv.get(plan_var) or {}
+            replicas = int((plan.get("parallel") or {}).get("replicas") or 1)
+            ports = list(range(base, base + replicas))
+        dcgm = hv.get("monitoring_dcgm_enabled")
+        if dcgm is None:
+            facts = hv.get("ansible_facts") or {}
+            gpu = facts.get("gpu") or {}
+            dcgm = bool(gpu.get("gpu_count") or 0)
+        result.append(
+            {
+                "host": host,
+                "address": hv.get("ansible_host") or host,
+                "vllm_ports": [int(p) for p in ports],
+                "node_exporter": bool(hv.get("monitoring_node_exporter_enabled", True)),
+                "dcgm": bool(dcgm),
+            }
+        )
+    return result
+
+
 def scrape_configs(
     targets: Iterable[Mapping[str, Any]],
-    node_exporter_port: int = 9100,
-    dcgm_exporter_port: int = 9400,
+    node_exporter_port: int = NODE_EXPORTER_PORT,
+    dcgm_exporter_port: int = DCGM_EXPORTER_PORT,
     scrape_interval: str = "15s",
 ) -> list[dict[str, Any]]:
     """Prometheus ``scrape_configs`` from per-host target descriptions.

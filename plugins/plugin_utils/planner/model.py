@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class ModelConfigError(ValueError):
@@ -249,25 +249,45 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], i
     return ("full",) * n_layers, 0
 
 
-def parse_model_config(config: dict[str, Any]) -> ModelSpec:
-    """Turn a Hugging Face config dict into a :class:`ModelSpec`; raise ModelConfigError if it cannot."""
+def _unwrap(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """(outer config, text-model config, multimodal): vision wrappers (LLaVA, Gemma 3, Qwen-VL, ...) keep the
+    text model under ``text_config``; the outer quantization, dtype, tying and tokenizer limit apply to it."""
     if not isinstance(config, dict) or not config:
         raise ModelConfigError("config.json is empty or not a JSON object")
-    outer = config
     cfg = config
     multimodal = False
-    if isinstance(config.get("text_config"), dict):  # vision wrappers (LLaVA, Gemma 3, Qwen-VL, ...)
+    if isinstance(config.get("text_config"), dict):
         cfg = {**config["text_config"]}
         for key in ("quantization_config", "torch_dtype", "tie_word_embeddings", "tokenizer_model_max_length"):
-            if key not in cfg and key in outer:
-                cfg[key] = outer[key]
+            if key not in cfg and key in config:
+                cfg[key] = config[key]
         multimodal = True
-    if "vision_config" in outer:
+    if "vision_config" in config:
         multimodal = True
+    return config, cfg, multimodal
+
+
+def _identity(outer: dict[str, Any], cfg: dict[str, Any]) -> tuple[str, str]:
+    """(architecture, model_type)."""
     archs = outer.get("architectures") or [""]
     architecture = str(archs[0]) if isinstance(archs, list) and archs else ""
-    model_type = str(cfg.get("model_type", outer.get("model_type", "")))
+    return architecture, str(cfg.get("model_type", outer.get("model_type", "")))
 
+
+class _Shape(NamedTuple):
+    """The transformer's dimensions."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+
+
+def _shape(cfg: dict[str, Any]) -> _Shape:
+    """Layers, widths, heads (GQA checked), vocabulary and MLP size."""
     n_layers = _positive_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     hidden = _positive_int(cfg, "hidden_size", "n_embd", "d_model")
     heads = _positive_int(cfg, "num_attention_heads", "n_head")
@@ -278,12 +298,27 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
     head_dim = int(_get(cfg, "head_dim", default=0) or hidden // heads)
     vocab = _positive_int(cfg, "vocab_size", "padded_vocab_size")
     intermediate = int(_get(cfg, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden) or 4 * hidden)
+    return _Shape(n_layers, hidden, heads, kv_heads, head_dim, vocab, intermediate)
+
+
+def _torch_dtype(cfg: dict[str, Any], outer: dict[str, Any]) -> str:
+    """The checkpoint dtype as ``bfloat16``, ``float16`` or ``float32`` (anything unknown reads as bfloat16)."""
     dtype = str(_get(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace("torch.", "")
     if dtype not in ("bfloat16", "float16", "float32"):
         dtype = "bfloat16" if dtype in ("bf16", "auto") else ("float16" if dtype in ("fp16", "half") else "bfloat16")
-    tie = bool(_get(cfg, "tie_word_embeddings", default=outer.get("tie_word_embeddings", False)))
-    kinds, window = _layer_kinds(cfg, n_layers)
+    return dtype
 
+
+class _Moe(NamedTuple):
+    num_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int
+    shared_expert_intermediate_size: int
+    dense_layers: int
+
+
+def _moe(cfg: dict[str, Any], intermediate: int) -> _Moe:
+    """Routed experts, top-k, expert and shared-expert MLP sizes, leading dense layers (all 0 when dense)."""
     num_experts = int(_get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0)
     experts_per_tok = int(_get(cfg, "num_experts_per_tok", "moe_topk", "top_k", default=0) or 0)
     moe_inter = int(_get(cfg, "moe_intermediate_size", default=0) or (intermediate if num_experts else 0))
@@ -291,48 +326,70 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
     if not shared_inter and cfg.get("n_shared_experts"):
         shared_inter = int(cfg["n_shared_experts"]) * moe_inter
     dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0)
+    return _Moe(num_experts, experts_per_tok, moe_inter, shared_inter, dense_layers)
 
-    kv_lora = int(cfg.get("kv_lora_rank") or 0)
-    mla = kv_lora > 0
-    mamba_state = 0
-    if "mamba" in kinds:
-        d_state = int(_get(cfg, "mamba_d_state", "state_size", "linear_key_head_dim", default=128) or 128)
-        expand = int(_get(cfg, "mamba_expand", "expand", default=2) or 2)
-        d_conv = int(_get(cfg, "mamba_d_conv", "conv_kernel", "linear_conv_kernel_dim", default=4) or 4)
-        d_inner = expand * hidden
-        mamba_state = (d_inner * d_state + (d_inner + 2 * d_state) * (d_conv - 1)) * 2
 
-    vision_params = 0
+def _mamba_state_bytes(cfg: dict[str, Any], kinds: tuple[str, ...], hidden: int) -> int:
+    """Bytes of one Mamba / linear-attention layer's state (conv + SSM, 2-byte dtype); 0 without such layers."""
+    if "mamba" not in kinds:
+        return 0
+    d_state = int(_get(cfg, "mamba_d_state", "state_size", "linear_key_head_dim", default=128) or 128)
+    expand = int(_get(cfg, "mamba_expand", "expand", default=2) or 2)
+    d_conv = int(_get(cfg, "mamba_d_conv", "conv_kernel", "linear_conv_kernel_dim", default=4) or 4)
+    d_inner = expand * hidden
+    return (d_inner * d_state + (d_inner + 2 * d_state) * (d_conv - 1)) * 2
+
+
+def _vision_params(outer: dict[str, Any], hidden: int) -> int:
+    """Vision tower + projector parameters of a multimodal wrapper (0 without a ``vision_config`` object)."""
     vision = outer.get("vision_config")
-    if isinstance(vision, dict):
-        vh = int(vision.get("hidden_size") or 1024)
-        vl = int(vision.get("num_hidden_layers") or vision.get("depth") or 24)
-        vi = int(vision.get("intermediate_size") or 4 * vh)
-        # ViT blocks (4h^2 attention + 2*h*I MLP) plus a two-layer projector into the text model.
-        vision_params = vl * (4 * vh * vh + 2 * vh * vi) + vh * hidden + hidden * hidden
+    if not isinstance(vision, dict):
+        return 0
+    vh = int(vision.get("hidden_size") or 1024)
+    vl = int(vision.get("num_hidden_layers") or vision.get("depth") or 24)
+    vi = int(vision.get("intermediate_size") or 4 * vh)
+    # ViT blocks (4h^2 attention + 2*h*I MLP) plus a two-layer projector into the text model.
+    return vl * (4 * vh * vh + 2 * vh * vi) + vh * hidden + hidden * hidden
 
+
+def parse_model_config(config: dict[str, Any]) -> ModelSpec:
+    """Turn a Hugging Face config dict into a :class:`ModelSpec`; raise ModelConfigError if it cannot.
+
+    The steps run in this order (the first bad field is the one reported): wrapper, dimensions, dtype,
+    layer kinds, MoE, MLA rank, Mamba state, vision tower, length limit, MLA dims, quantization.
+    """
+    outer, cfg, multimodal = _unwrap(config)
+    architecture, model_type = _identity(outer, cfg)
+    shape = _shape(cfg)
+    dtype = _torch_dtype(cfg, outer)
+    tie = bool(_get(cfg, "tie_word_embeddings", default=outer.get("tie_word_embeddings", False)))
+    kinds, window = _layer_kinds(cfg, shape.num_layers)
+    moe = _moe(cfg, shape.intermediate_size)
+    kv_lora = int(cfg.get("kv_lora_rank") or 0)
+    mamba_state = _mamba_state_bytes(cfg, kinds, shape.hidden_size)
+    vision_params = _vision_params(outer, shape.hidden_size)
     return ModelSpec(
         architecture=architecture,
         model_type=model_type,
-        num_layers=n_layers,
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=vocab,
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        intermediate_size=shape.intermediate_size,
+        vocab_size=shape.vocab_size,
         tie_word_embeddings=tie,
         max_model_len=derived_max_model_len(cfg),
         torch_dtype=dtype,
         layer_kinds=kinds,
         sliding_window=window,
         gated_mlp=architecture not in _NON_GATED_MLP,
-        num_experts=num_experts,
-        experts_per_token=experts_per_tok,
-        moe_intermediate_size=moe_inter,
-        shared_expert_intermediate_size=shared_inter,
-        dense_layers=dense_layers,
-        mla=mla,
+        num_experts=moe.num_experts,
+        experts_per_token=moe.experts_per_token,
+        moe_intermediate_size=moe.moe_intermediate_size,
+        shared_expert_intermediate_size=moe.shared_expert_intermediate_size,
+        dense_layers=moe.dense_layers,
+        mla=kv_lora > 0,
         kv_lora_rank=kv_lora,
         q_lora_rank=int(cfg.get("q_lora_rank") or 0),
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),

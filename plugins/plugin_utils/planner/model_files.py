@@ -1,13 +1,18 @@
 """Read what the planner needs from a model directory on the controller (the I/O the core avoids).
 
-Used by the ``vllm_plan`` filter and the ``vllm-fleet`` command.
+:func:`plan_for_model` is the planner's entry for a model given as a path: used by the ``vllm_plan`` and
+``fleet_try_plan`` filters and the ``vllm-fleet`` command.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from .core import PlanError, plan
+from .rules import DEFAULT_VLLM_VERSION
 
 
 class ModelFilesError(ValueError):
@@ -77,3 +82,42 @@ def load_facts(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ModelFilesError(f"facts file '{path}' must hold a JSON object in the gpu_facts shape")
     return data
+
+
+def plan_for_model(
+    facts: Any,
+    model: Any,
+    *,
+    profile: Any = "chat",
+    vllm_version: Any = DEFAULT_VLLM_VERSION,
+    engine_args: Mapping[str, Any] | None = None,
+    policy: Mapping[str, Any] | None = None,
+    extra_args: Iterable[Any] | None = None,
+    served_model_path: Any = None,
+) -> dict[str, Any]:
+    """Plan one host (CONTRACT 2) for a model given as its config dict or as a path (directory or config.json).
+
+    With a path, the safetensors index gives the weight bytes and the directory is the served model unless
+    ``served_model_path`` (the path on the host) is given. The options are the ``vllm_plan`` filter's.
+
+    :raises PlanError: ``facts`` is not a dict, or the planner refuses (one line that says what to change).
+    :raises ModelFilesError: the model path is missing or unreadable.
+    :raises TypeError: an option of the wrong type.
+    """
+    if not isinstance(facts, dict):
+        raise PlanError(f"input must be the gpu_facts dict, not {type(facts).__name__}")
+    if isinstance(model, dict):
+        config, weights_total, model_dir = model, None, None
+    else:
+        config, weights_total, model_dir = load_model(str(model))
+    return plan(
+        facts,
+        config,
+        profile=profile,
+        vllm_version=str(vllm_version),
+        engine_args=dict(engine_args or {}),
+        policy=dict(policy or {}),
+        weights_total_bytes=weights_total,
+        model_path=str(served_model_path) if served_model_path else model_dir,
+        extra_args=[str(a) for a in (extra_args or [])],
+    )

@@ -124,6 +124,8 @@ KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16",
 
 #: Integer engine arguments (EngineArgs fields typed int) → the range the fleet accepts (min, max; None: no max).
 #: The bounds are sanity limits, not vLLM's; ``max_model_len`` also takes ``auto``/``-1`` (fit to memory).
+#: Preflight checks pinned values against the range; the planner (engine_args.py) converts these keys to int and
+#: refuses values below 1, or below 0 where the minimum here is 0 (``seed``, ``optimization_level`` = -O0..-O3).
 INT_ENGINE_ARGS: dict[str, tuple[int, int | None]] = {
     "tensor_parallel_size": (1, 1024),
     "pipeline_parallel_size": (1, 1024),
@@ -132,6 +134,8 @@ INT_ENGINE_ARGS: dict[str, tuple[int, int | None]] = {
     "max_num_batched_tokens": (1, 100_000_000),
     "block_size": (1, 4096),
     "max_model_len": (16, 100_000_000),
+    "kv_cache_memory_bytes": (1, None),
+    "optimization_level": (0, 3),
     "seed": (0, None),
     "max_loras": (1, None),
 }
@@ -152,6 +156,11 @@ CHOICE_ENGINE_ARGS: dict[str, tuple[str, ...]] = {
     "distributed_executor_backend": ("mp", "ray", "uni", "external_launcher"),
     "performance_mode": ("balanced", "interactivity", "throughput"),
 }
+
+#: Head sizes vLLM's CPU attention kernels support (``v1/attention/backends/cpu_attn.py:52-70``, vLLM 0.32): the
+#: CPU lane refuses other sizes. ``plugins/module_utils/tiny_model.py`` keeps a host-side copy (module_utils
+#: cannot import the planner); ``tests/unit/tiny_model/test_tiny_model_content.py`` checks the two are equal.
+CPU_ATTENTION_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 #: ``vllm serve --port`` default, and the multi-node ``--master-port`` default (config/parallel.py ``master_port``).
 DEFAULT_SERVE_PORT = 8000

@@ -6,8 +6,9 @@ Two layers, in the order ``playbooks/preflight.yml`` runs them (kubespray's spli
 * :func:`check_fleet` — the whole fleet after discovery and planning: multi-host TP/PP groups complete
   and homogeneous, ports unique per host, image CUDA vs host driver.
 
-Every function returns a list of one-line messages (empty = all good). Each message names the host and
-says what to change. Nothing here raises on bad input; callers decide how to fail.
+Every check returns a list of one-line messages (empty = all good). Each message names the host and
+says what to change. Nothing here raises on bad input (except :func:`port_variables`, which turns a variable
+into a list of names); callers decide how to fail.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as image_compat
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     BOOL_ENGINE_ARGS,
     CHOICE_ENGINE_ARGS,
@@ -71,6 +73,7 @@ DEFAULT_PORT_VARIABLES: tuple[str, ...] = (
     "vllm_serve_port", "vllm_serve_ports", "vllm_serve_master_port", "vllm_lb_port",
     "monitoring_node_exporter_port", "monitoring_dcgm_exporter_port", "monitoring_prometheus_port",
 )
+_PORT_VARIABLES_ERROR = "vllm_fleet_port_variables must be a list of variable names"
 
 #: Every variable preflight reads. Anything else named ``vllm_fleet_*`` is a typo.
 KNOWN_VARIABLES: dict[str, str] = {
@@ -141,6 +144,10 @@ def _type_name(value: Any) -> str:
     if value is None:
         return "null"
     return type(value).__name__
+
+
+def _is_name_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
 
 
 def _is_int(value: Any) -> bool:
@@ -328,9 +335,8 @@ def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequ
     if "vllm_fleet_env" in variables:
         errors += check_env(host, variables["vllm_fleet_env"], vllm_version=target)
 
-    port_vars = variables.get("vllm_fleet_port_variables", DEFAULT_PORT_VARIABLES)
-    if not isinstance(port_vars, (list, tuple)) or not all(isinstance(p, str) for p in port_vars):
-        errors.append(f"{host}: vllm_fleet_port_variables must be a list of variable names")
+    if not _is_name_list(variables.get("vllm_fleet_port_variables", DEFAULT_PORT_VARIABLES)):
+        errors.append(f"{host}: {_PORT_VARIABLES_ERROR}")
 
     required = variables.get("vllm_fleet_api_key_required", True)
     if required is True:
@@ -430,6 +436,23 @@ def check_driver_cuda(host: str, facts: Mapping[str, Any], image_cuda: str | Non
             f"upgrade the NVIDIA driver{alt}"]
 
 
+def port_variables(value: Any = None) -> list[str]:
+    """The variable names that hold ports: ``value`` (vllm_fleet_port_variables), or the default list when unset.
+
+    :raises ValueError: ``value`` is not a list of names.
+    """
+    if value is None:
+        return list(DEFAULT_PORT_VARIABLES)
+    if not _is_name_list(value):
+        raise ValueError(_PORT_VARIABLES_ERROR)
+    return list(value)
+
+
+def port_map(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ports a host sets: ``values`` (variable → port or list of ports) without the unset (None, "") ones."""
+    return {k: v for k, v in values.items() if v is not None and v != ""}
+
+
 def check_ports(host: str, ports: Mapping[str, Any]) -> list[str]:
     """Every port a host will listen on is a valid, distinct TCP port.
 
@@ -525,6 +548,19 @@ def check_multinode_facts(records: Mapping[str, Mapping[str, Any]]) -> list[str]
 
 
 ImageChecker = Callable[[Mapping[str, Any], Mapping[str, Any]], "str | None"]
+
+
+def image_compat_check(facts: Mapping[str, Any], plan: Mapping[str, Any]) -> str | None:
+    """The :data:`ImageChecker` preflight uses: the IMAGE stage's compatibility table (``image_compat.check_host``,
+    CUDA images, no fallback) decides whether any image of the plan's vLLM runs on this driver and these GPUs."""
+    version = str(plan.get("vllm_version") or "")
+    if not version:
+        return None
+    gpus = facts.get("gpus") or []
+    ccs = [str(g.get("compute_capability")) for g in gpus if g.get("compute_capability")]
+    message: str | None = image_compat.check_host(version, facts.get("driver_version"), ccs,
+                                                  variant="cuda", allow_fallback=False)
+    return message
 
 
 def check_fleet(records: Mapping[str, Mapping[str, Any]], image_checker: ImageChecker | None = None) -> list[str]:

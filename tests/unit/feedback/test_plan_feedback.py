@@ -170,3 +170,25 @@ def test_fleet_report_observed_column() -> None:
     plain = {"a": {"plan": CPU_PLAN}}
     assert "Observed" not in fr.render_markdown(plain) and "Observed" not in fr.render_html(plain)
     assert fr.observed_cell({"replicas": [{"observed": {}, "status": "missing"}]}) == "no log line !"
+
+
+def test_log_entries_from_registered_results() -> None:
+    entries = pf.log_entries([
+        {"replica": "r0", "log": "text"},
+        {"item": {"container": "c1"}, "stdout": "out", "stderr": "err"},
+        {"item": "c2", "stdout": None, "stderr": "err"},
+    ])
+    assert entries == [{"replica": "r0", "log": "text"}, {"replica": "c1", "log": "out\nerr"},
+                       {"replica": "c2", "log": "\nerr"}]
+
+
+@pytest.mark.parametrize(
+    ("logs", "message"),
+    [("x", "input must be a list"), (["x"], "entry is not a dict: 'x'"),
+     ([{"item": {}, "stdout": ""}], "a command result without item.container")],
+)
+def test_log_entries_refusals(logs: Any, message: str) -> None:
+    with pytest.raises(pf.FeedbackError, match=message):
+        pf.log_entries(logs)
+    with pytest.raises(AnsibleFilterError, match=f"vllm_plan_feedback: {message}"):
+        flt.vllm_plan_feedback(logs, CPU_PLAN, host="h")

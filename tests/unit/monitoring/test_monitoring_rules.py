@@ -179,3 +179,26 @@ def test_targets_from_inventory_hostvars() -> None:
     assert targets["c"]["vllm_ports"] == [9000, 9005] and not targets["c"]["node_exporter"]
     assert targets["d"]["vllm_ports"] == [8000] and targets["d"]["dcgm"]
     assert not targets["a"]["dcgm"] and not targets["e"]["dcgm"]
+
+
+def test_targets_from_inventory_options_and_defaults() -> None:
+    hostvars = {
+        "a": {"svc_port": 7000, "svc_plan": {"parallel": {"replicas": 2}}, "monitoring_dcgm_enabled": True},
+        "b": {},
+    }
+    targets = mr.targets_from_inventory(["a", "b"], hostvars, port_var="svc_port", plan_var="svc_plan",
+                                        default_port=9000)
+    assert targets == [
+        {"host": "a", "address": "a", "vllm_ports": [7000, 7001], "node_exporter": True, "dcgm": True},
+        {"host": "b", "address": "b", "vllm_ports": [9000], "node_exporter": True, "dcgm": False},
+    ]
+    assert mr.targets_from_inventory(["b"], hostvars)[0]["vllm_ports"] == [8000]
+
+
+def test_exporter_ports_are_the_roles_defaults() -> None:
+    defaults = (Path(__file__).resolve().parents[3] / "roles/monitoring/defaults/main.yml").read_text()
+    assert f"monitoring_node_exporter_port: {mr.NODE_EXPORTER_PORT}\n" in defaults
+    assert f"monitoring_dcgm_exporter_port: {mr.DCGM_EXPORTER_PORT}\n" in defaults
+    jobs = {job["job_name"]: job for job in mr.scrape_configs([{"host": "h", "vllm_ports": [1], "dcgm": True}])}
+    assert jobs[mr.NODE_JOB]["static_configs"][0]["targets"] == [f"h:{mr.NODE_EXPORTER_PORT}"]
+    assert jobs[mr.DCGM_JOB]["static_configs"][0]["targets"] == [f"h:{mr.DCGM_EXPORTER_PORT}"]

@@ -260,3 +260,20 @@ def test_check_fleet_uses_image_checker_when_no_cuda_pinned() -> None:
     assert errors == ["t4-01: No vLLM image runs on driver 535"] and calls == ["Tesla T4"]
     records["t4-01"]["image_cuda"] = "13.0"
     assert fc.check_fleet(records, checker) == []
+
+
+def test_port_variables_and_port_map() -> None:
+    assert fc.port_variables() == list(fc.DEFAULT_PORT_VARIABLES)
+    assert fc.port_variables(("a_port",)) == ["a_port"]
+    for bad in ("a_port", ["a_port", 1]):
+        with pytest.raises(ValueError, match="vllm_fleet_port_variables must be a list of variable names"):
+            fc.port_variables(bad)
+    assert fc.port_map({"a": 8000, "b": None, "c": "", "d": [1, 2], "e": 0}) == {"a": 8000, "d": [1, 2], "e": 0}
+
+
+def test_image_compat_check_uses_the_image_table() -> None:
+    t4 = facts("t4-01")
+    assert fc.image_compat_check(t4, {}) is None  # no plan version: nothing to check
+    assert fc.image_compat_check(dict(t4, driver_version="580.95.05"), {"vllm_version": "0.32.0"}) is None
+    refusal = fc.image_compat_check(dict(t4, driver_version="470.256.02"), {"vllm_version": "0.32.0"})
+    assert refusal and "470" in refusal

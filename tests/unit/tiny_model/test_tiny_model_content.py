@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import tiny_model as tm
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import CPU_ATTENTION_HEAD_SIZES
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +158,9 @@ def test_too_small_vocab_is_refused() -> None:
 def test_corpus_too_small_for_vocab_is_refused() -> None:
     with pytest.raises(ValueError, match="merges"):
         tm.train_bpe("ab", 5)
+
+
+def test_head_sizes_are_the_planners() -> None:
+    """module_utils runs on the hosts and cannot import the planner, so tiny_model keeps its own copy of vLLM's CPU
+    attention head sizes; it must equal the one home, planner/rules.py CPU_ATTENTION_HEAD_SIZES."""
+    assert tuple(tm.SUPPORTED_HEAD_DIMS) == CPU_ATTENTION_HEAD_SIZES
