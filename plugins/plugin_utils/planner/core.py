@@ -2,7 +2,7 @@
 
 Pure computation (standard library only, typed, no Ansible imports, no I/O). The memory model follows
 what vLLM 0.32 does at start-up (``v1/worker/gpu_worker.py`` determine_available_memory,
-``v1/core/kv_cache_utils.py``), keyed by vLLM version through :mod:`vllm_rules`:
+``v1/core/kv_cache_utils.py``), keyed by vLLM version through :mod:`.rules`:
 
     requested    = ceil(total * gpu_memory_utilization)                 (per GPU, per instance)
     non_kv       = weights + activation peak + non-torch (allocated after the post-NCCL snapshot)
