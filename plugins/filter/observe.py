@@ -10,7 +10,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_SERVE_PORT
 
 # ---- monitoring -----------------------------------------------------------------------------------
 
@@ -23,17 +22,9 @@ def monitoring_alert_rules(
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def monitoring_targets(
-    hosts: list[str],
-    hostvars: Mapping[str, Any],
-    port_var: str = "vllm_serve_port",
-    ports_var: str = "vllm_serve_ports",
-    default_port: int = DEFAULT_SERVE_PORT,
-    plan_var: str = "vllm_serve_plan",
-) -> list[dict[str, Any]]:
-    """Per-host target descriptions from the inventory (address, vLLM ports, node exporter, DCGM)."""
-    return mr.targets_from_inventory(hosts, hostvars, port_var, ports_var, default_port, plan_var)
-
+# Per-host target descriptions from the inventory (address, vLLM ports, node exporter, DCGM): no adaptation
+# needed, so the filter is the function itself.
+monitoring_targets = mr.targets_from_inventory
 
 def monitoring_scrape_configs(
     targets: list[dict[str, Any]],

@@ -128,7 +128,15 @@ def plan_typed(
     model_path: str | None = None,
     extra_args: list[str] | None = None,
 ) -> Plan:
-    """Like :func:`plan`, but return the typed :class:`Plan` (``plan_typed(...).to_dict() == plan(...)``)."""
+    """Plan one host and return the typed :class:`Plan` (:func:`plan` returns its ``to_dict()``).
+
+    :param facts: GPU facts (``gpu_facts`` shape) or shorthand; no GPU means the CPU lane.
+    :param model_config: the model's ``config.json`` as a dict.
+    :param profile: ``chat``, ``batch``, ``long-context`` or an explicit mapping.
+    :param engine_args: vLLM engine arguments the user set (they win and are validated).
+    :param weights_total_bytes: ``metadata.total_size`` of ``model.safetensors.index.json`` if known.
+    :raises PlanError: one-line message that says what to change.
+    """
     rules, spec = _rules_and_spec(vllm_version, model_config)
     prof = resolve_profile(profile)
     pol = policy if isinstance(policy, Policy) else policy_from_mapping(policy or {})
@@ -147,27 +155,11 @@ def plan_typed(
     return plan_gpu(ctx, gpu, d)
 
 
-def plan(
-    facts: dict[str, Any],
-    model_config: dict[str, Any],
-    *,
-    profile: str | dict[str, Any] | None = "chat",
-    vllm_version: str = DEFAULT_VLLM_VERSION,
-    engine_args: dict[str, Any] | None = None,
-    policy: dict[str, Any] | Policy | None = None,
-    weights_total_bytes: int | None = None,
-    model_path: str | None = None,
-    extra_args: list[str] | None = None,
-) -> dict[str, Any]:
+def plan(facts: dict[str, Any], model_config: dict[str, Any], **options: Any) -> dict[str, Any]:
     """Plan one host (or one multi-host group under ``policy.max_nodes``). Returns CONTRACT 2.
 
-    :param facts: GPU facts (``gpu_facts`` shape) or shorthand; no GPU means the CPU lane.
-    :param model_config: the model's ``config.json`` as a dict.
-    :param profile: ``chat``, ``batch``, ``long-context`` or an explicit mapping.
-    :param engine_args: vLLM engine arguments the user set (they win and are validated).
-    :param weights_total_bytes: ``metadata.total_size`` of ``model.safetensors.index.json`` if known.
+    The options are :func:`plan_typed`'s (``profile``, ``vllm_version``, ``engine_args``, ``policy``,
+    ``weights_total_bytes``, ``model_path``, ``extra_args``); this is ``plan_typed(...).to_dict()``.
     :raises PlanError: one-line message that says what to change.
     """
-    return plan_typed(facts, model_config, profile=profile, vllm_version=vllm_version, engine_args=engine_args,
-                      policy=policy, weights_total_bytes=weights_total_bytes, model_path=model_path,
-                      extra_args=extra_args).to_dict()
+    return plan_typed(facts, model_config, **options).to_dict()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .candidate import Candidate
@@ -33,9 +33,8 @@ class GpuSummary:
                    compute_capability=gpu.compute_capability, interconnect=gpu.interconnect)
 
     def to_dict(self) -> dict[str, Any]:
-        """The CONTRACT 2 mapping."""
-        return {"name": self.name, "count": self.count, "memory_mib": self.memory_mib,
-                "compute_capability": self.compute_capability, "interconnect": self.interconnect}
+        """The CONTRACT 2 mapping (the fields, in order)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,8 @@ class ModelSummary:
                    quantization=spec.quantization.method)
 
     def to_dict(self) -> dict[str, Any]:
-        """The CONTRACT 2 mapping."""
-        return {"architecture": self.architecture, "layers": self.layers, "heads": self.heads,
-                "kv_heads": self.kv_heads, "head_dim": self.head_dim, "moe": self.moe, "mla": self.mla,
-                "max_model_len": self.max_model_len, "dtype": self.dtype, "quantization": self.quantization}
+        """The CONTRACT 2 mapping (the fields, in order)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -78,11 +75,9 @@ class Parallel:
     gpus_per_replica: int
     nodes: int
 
-    def to_dict(self) -> dict[str, int]:
-        """The CONTRACT 2 mapping."""
-        return {"tensor_parallel_size": self.tensor_parallel_size,
-                "pipeline_parallel_size": self.pipeline_parallel_size, "replicas": self.replicas,
-                "gpus_per_replica": self.gpus_per_replica, "nodes": self.nodes}
+    def to_dict(self) -> dict[str, Any]:
+        """The CONTRACT 2 mapping (the fields, in order)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -104,10 +99,8 @@ class Prediction:
                    kv_cache_gib=round(max(cand.memory.kv_cache, 0) / GIB, 3))
 
     def to_dict(self) -> dict[str, Any]:
-        """The CONTRACT 2 mapping."""
-        return {"kv_cache_tokens": self.kv_cache_tokens, "gpu_blocks": self.gpu_blocks,
-                "block_size": self.block_size, "max_concurrency": self.max_concurrency,
-                "max_model_len": self.max_model_len, "kv_cache_gib": self.kv_cache_gib}
+        """The CONTRACT 2 mapping (the fields, in order)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
