@@ -8,7 +8,9 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
     LaunchError,
+    container_env,
     engine_config,
+    lb_servers,
     multinode_commands,
     replica_layout,
 )
@@ -80,6 +82,16 @@ def vllm_multinode(plan: Any, **kwargs: Any) -> list[dict[str, Any]]:
     return result
 
 
+def vllm_container_env(replica: Any, secrets: Any = None) -> dict[str, str]:
+    result: dict[str, str] = _call("vllm_container_env", container_env, replica, secrets)
+    return result
+
+
+def vllm_lb_servers(launches: Any) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = _call("vllm_lb_servers", lb_servers, list(launches or []))
+    return result
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -90,4 +102,6 @@ class FilterModule:
             "vllm_metric_sum": vllm_metric_sum,
             "vllm_multinode": vllm_multinode,
             "vllm_retries": vllm_retries,
+            "vllm_container_env": vllm_container_env,
+            "vllm_lb_servers": vllm_lb_servers,
         }

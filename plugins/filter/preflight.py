@@ -3,22 +3,31 @@
 """Preflight filters: thin wrappers over plugins/plugin_utils/preflight/ (docs: one <filter>.yml each)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import planning as fp
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record as fl
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
 
 # ---- checks ---------------------------------------------------------------------------------------
 
 def fleet_host_errors(variables: Mapping[str, Any], host: str, group_names: Sequence[str],
-                      ports: Mapping[str, Any] | None = None) -> list[str]:
+                      ports: Mapping[str, Any] | None = None, planning: bool | None = None) -> list[str]:
     if not isinstance(variables, Mapping):
         raise AnsibleFilterError("fleet_host_errors expects a dict of variables")
-    errors = fc.check_host_inputs(str(host), dict(variables), [str(g) for g in group_names])
+    errors = fc.check_host_inputs(str(host), dict(variables), [str(g) for g in group_names],
+                                  planning=None if planning is None else bool(planning))
     return errors + fc.check_ports(str(host), fc.port_map(ports or {}))
+
+
+def fleet_host_warnings(variables: Mapping[str, Any], host: str, planning: bool | None = None) -> list[str]:
+    if not isinstance(variables, Mapping):
+        raise AnsibleFilterError("fleet_host_warnings expects a dict of variables")
+    return fc.host_warnings(str(host), dict(variables), planning=None if planning is None else bool(planning))
 
 
 def fleet_facts_errors(facts: Any, host: str, sku_group: str | None = None, match: str | None = None) -> list[str]:
@@ -68,6 +77,67 @@ def fleet_try_plan(facts: Any, model: Any, host: str, options: Mapping[str, Any]
     return fp.try_plan(facts, model, host, options)
 
 
+# ---- the launch record ----------------------------------------------------------------------------
+
+def _data(value: Any) -> Any:
+    """Plain JSON data (Ansible hands filters tagged and lazy containers)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def fleet_host_input(variables: Mapping[str, Any], host: str, sku: str, facts: Mapping[str, Any],
+                     address: str, model_dir: str, ports: Mapping[str, Any] | None = None,
+                     feedback: Any = None) -> dict[str, Any]:
+    if not isinstance(variables, Mapping):
+        raise AnsibleFilterError("fleet_host_input expects a dict of variables")
+    return fl.host_input(_data(variables), str(host), sku=str(sku), facts=_data(facts), address=str(address),
+                         model_dir=str(model_dir), ports=_data(ports or {}), feedback=_data(feedback))
+
+
+def fleet_launch(hosts: Mapping[str, Mapping[str, Any]], lbs: Mapping[str, Any] | None = None,
+                 check_image: bool = True) -> dict[str, Any]:
+    if not isinstance(hosts, Mapping):
+        raise AnsibleFilterError("fleet_launch expects a dict host -> fleet_host_input")
+    return fl.fleet_launch(_data(hosts), _data(lbs or {}), check_image=bool(check_image))
+
+
+def fleet_plans_json(records: Mapping[str, Any]) -> str:
+    if not isinstance(records, Mapping):
+        raise AnsibleFilterError("fleet_plans_json expects a dict host -> record")
+    return fl.plans_json(_data(records))
+
+
+def fleet_with_feedback(records: Mapping[str, Any], feedback: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(records, Mapping) or not isinstance(feedback, Mapping):
+        raise AnsibleFilterError("fleet_with_feedback expects a dict host -> record and a dict host -> feedback")
+    return fl.with_feedback(_data(records), _data(feedback))
+
+
+def fleet_lb_inputs(names: Sequence[str], hostvars: Any, defaults: Mapping[str, Any] | None = None
+                    ) -> dict[str, dict[str, Any]]:
+    """The load-balancer hosts for fleet_launch's machine checks: ``{name: {"address", "ports"}}``.
+
+    ``defaults`` are the vllm_lb role's defaults (its listen and stats ports when the inventory sets none).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    defaults = dict(defaults or {})
+    for name in names or []:
+        hv = hostvars[name]
+        ports = []
+        for var in ("vllm_lb_port", "vllm_lb_stats_port"):
+            value = hv[var] if var in hv else defaults.get(var)
+            if value not in (None, "", 0, "0"):
+                ports.append(int(value))
+        address = hv.get("ansible_host", name)
+        out[str(name)] = {"address": str(address), "ports": ports}
+    return out
+
+
+def fleet_replan(host_input: Mapping[str, Any], host: str, engine_args: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(host_input, Mapping) or not isinstance(engine_args, Mapping):
+        raise AnsibleFilterError("fleet_replan expects a fleet_host_input dict and a dict of engine arguments")
+    return fl.replan(_data(host_input), str(host), _data(engine_args))
+
+
 # ---- report ---------------------------------------------------------------------------------------
 
 def _records(records: Any) -> Mapping[str, Mapping[str, Any]]:
@@ -99,6 +169,7 @@ class FilterModule:
         return {
             "fleet_host_errors": fleet_host_errors,
             "fleet_facts_errors": fleet_facts_errors,
+            "fleet_host_warnings": fleet_host_warnings,
             "fleet_errors": fleet_errors,
             "fleet_multinode_errors": fleet_multinode_errors,
             "fleet_sku_groups": fleet_sku_groups,
@@ -106,6 +177,12 @@ class FilterModule:
             "fleet_port_variables": fleet_port_variables,
             "fleet_plan_options": fleet_plan_options,
             "fleet_try_plan": fleet_try_plan,
+            "fleet_host_input": fleet_host_input,
+            "fleet_launch": fleet_launch,
+            "fleet_replan": fleet_replan,
+            "fleet_lb_inputs": fleet_lb_inputs,
+            "fleet_plans_json": fleet_plans_json,
+            "fleet_with_feedback": fleet_with_feedback,
             "fleet_report_html": fleet_report_html,
             "fleet_report_markdown": fleet_report_markdown,
             "fleet_memory_svg": fleet_memory_svg,

@@ -29,6 +29,17 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU129"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU121"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"ENGINE_ARG_ORDER", "INT_ENGINE_ARGS"}): "the planner's output order vs which engine args are ints",
+    # planner/engine_fields.py: every option name vLLM 0.32 takes (read from its source); the others say something
+    # about some of those names (type and range, output order, what stays out of the --config file).
+    frozenset({"_ENGINE_ARGS_0_32", "INT_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are ints, with ranges",
+    frozenset({"_ENGINE_ARGS_0_32", "FLOAT_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are floats, with "
+    "ranges",
+    frozenset({"_ENGINE_ARGS_0_32", "BOOL_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are switches",
+    frozenset({"_ENGINE_ARGS_0_32", "ENGINE_ARG_ORDER"}): "every vLLM engine-argument name vs the planner's output order",
+    frozenset({"_ENGINE_ARGS_0_32", "_NOT_IN_FILE"}): "every vLLM engine-argument name vs the options the launcher "
+    "keeps out of the --config file",
+    frozenset({"_SERVE_ONLY_0_32", "_NOT_IN_FILE"}): "every vllm serve option that is not an engine argument vs the "
+    "options the launcher keeps out of the --config file",
     frozenset({"QUANT_MIN_CC", "SIXTEEN_BIT_DENSE_METHODS"}): "minimum compute capability per quantization method "
     "vs the methods whose unquantized layers stay 16-bit",
     # module_utils runs on the hosts and cannot import the planner, so tiny_model.py keeps a copy of vLLM's CPU

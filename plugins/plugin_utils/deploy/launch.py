@@ -21,8 +21,14 @@ from typing import Any
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_MASTER_PORT
 
 __all__ = [
+    "LAUNCH_SETTINGS",
+    "SECRET_ENV",
     "LaunchError",
+    "container_env",
     "engine_config",
+    "launch_record",
+    "launch_settings",
+    "lb_servers",
     "multinode_commands",
     "replica_layout",
 ]
@@ -247,4 +253,207 @@ def multinode_commands(
                 "shell": shlex.join(argv),
             }
         )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# The launch record: how one host runs its plan (preflight computes it, deploy reads it).
+# ----------------------------------------------------------------------------------------------------
+
+#: Deployment settings a launch record needs, their inventory variables and defaults. Preflight reads them
+#: from the host's variables (vllm_serve_* names, the vllm_serve role's documented inputs); nothing else
+#: computes a port, a container name or a command.
+LAUNCH_SETTINGS: dict[str, tuple[str, Any]] = {
+    "container_name": ("vllm_serve_container_name", "vllm"),
+    "port": ("vllm_serve_port", 8000),
+    "bind_address": ("vllm_serve_bind_address", "0.0.0.0"),
+    "advertise_address": ("vllm_serve_advertise_address", None),  # None: the host's address
+    "model_dir": ("vllm_serve_model_dir", None),  # None: the controller's model directory
+    "model_mount": ("vllm_serve_model_mount", "/models/model"),
+    "served_model_name": ("vllm_serve_served_model_name", None),  # None: the model directory's name
+    "config_mount": ("vllm_serve_config_mount", "/etc/vllm-fleet/engine.yaml"),
+    "server_argv": ("vllm_serve_server_argv", ["vllm", "serve"]),
+    "multinode_backend": ("vllm_serve_multinode_backend", "mp"),
+    "master_port": ("vllm_serve_master_port", DEFAULT_MASTER_PORT),
+    "ray_port": ("vllm_serve_ray_port", 6379),
+    "image": ("vllm_serve_image", None),  # None: the image stage's ref
+}
+#: The environment variables that carry secrets: their names go in the record, their values never do.
+SECRET_ENV = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
+#: Set per replica for the image's health check script (vllm-healthcheck).
+HEALTH_ENV = ("FLEET_HEALTH_HOST", "FLEET_HEALTH_PORT")
+
+
+def launch_settings(variables: dict[str, Any], *, address: str, model_dir: str) -> dict[str, Any]:
+    """The deployment settings of one host from its variables (unset or empty ones take the defaults).
+
+    :param address: how other hosts and the load balancer reach this host (ansible_host or its name)
+    :param model_dir: the model directory on the controller (the host's default model directory)
+    """
+    out: dict[str, Any] = {}
+    for key, (var, default) in LAUNCH_SETTINGS.items():
+        value = variables.get(var)
+        out[key] = default if value is None or value == "" else value
+    out["advertise_address"] = out["advertise_address"] or address
+    out["model_dir"] = out["model_dir"] or model_dir
+    out["served_model_name"] = out["served_model_name"] or str(out["model_dir"]).rstrip("/").rsplit("/", 1)[-1]
+    for key in ("port", "master_port", "ray_port"):
+        value = out[key]
+        if isinstance(value, str) and value.isdigit():
+            out[key] = int(value)
+    return out
+
+
+def _probe_host(bind_address: str) -> str:
+    return "127.0.0.1" if bind_address in ("0.0.0.0", "::", "") else bind_address
+
+
+def launch_record(
+    plan: dict[str, Any],
+    *,
+    host: str,
+    settings: dict[str, Any],
+    env: dict[str, Any] | None = None,
+    secret_names: list[str] | None = None,
+    nodes: list[str] | None = None,
+    node_addresses: list[str] | None = None,
+    gpu_indexes: list[int] | None = None,
+) -> dict[str, Any]:
+    """How ``host`` runs ``plan``: the image, and per replica its container, port, GPUs, engine config,
+    environment names and command (the ``launch`` part of a host's entry in plans.json).
+
+    :param settings: :func:`launch_settings` of the host
+    :param env: the user's environment (vllm_fleet_env; secrets were refused in preflight)
+    :param secret_names: the secret environment variables the replicas get at deploy time (VLLM_API_KEY,
+        HF_TOKEN): their names are recorded, their values never
+    :param nodes: the hosts of its multi-node group in rank order (None or [host]: single node)
+    :param node_addresses: their addresses, same order (the launcher's ``--master-addr`` is the first)
+    :param gpu_indexes: the host's GPU indexes (from its facts); default 0..
+    :raises LaunchError: the plan cannot be laid out with these settings
+    """
+    nodes = list(nodes or [host])
+    if host not in nodes:
+        raise LaunchError(f"{host} is not one of its multi-node group's nodes {nodes}")
+    rank = nodes.index(host)
+    addresses = list(node_addresses or [settings["advertise_address"]])
+    if len(addresses) != len(nodes):
+        raise LaunchError(f"{len(nodes)} nodes but {len(addresses)} node addresses")
+    multinode = len(nodes) > 1
+    serves_api = rank == 0
+    port = settings["port"]
+    node_plan = plan
+    if multinode:  # parallel.gpus_per_replica counts every node's GPUs; each node's container gets its share
+        parallel = dict(plan.get("parallel") or {})
+        total = parallel.get("gpus_per_replica", 0)
+        if not isinstance(total, int) or total % len(nodes):
+            raise LaunchError(f"{total!r} GPUs per replica do not split evenly over {len(nodes)} nodes")
+        parallel["gpus_per_replica"] = total // len(nodes)
+        node_plan = {**plan, "parallel": parallel}
+    layout = replica_layout(
+        node_plan,
+        name=str(settings["container_name"]),
+        base_port=port,
+        server_prefix=host,
+        address=str(settings["advertise_address"]),
+        gpu_indexes=gpu_indexes,
+    )
+    if multinode and len(layout) != 1:
+        raise LaunchError(f"a multi-node plan runs one replica per node group, the plan has {len(layout)}")
+    base_env = {str(k): str(v) for k, v in {**(plan.get("env") or {}), **(env or {})}.items()}
+    secrets = sorted(set(secret_names or []))
+    unknown = sorted(set(secrets) - set(SECRET_ENV.values()))
+    if unknown:
+        raise LaunchError(f"unknown secret environment variables {unknown}: known {sorted(SECRET_ENV.values())}")
+    clash = sorted(set(secrets) & set(base_env))
+    if clash:
+        raise LaunchError(f"{', '.join(clash)} must not be set in the environment: it is a secret")
+    replicas = []
+    for entry in layout:
+        config = engine_config(
+            plan,
+            model_path=str(settings["model_mount"]),
+            served_model_name=str(settings["served_model_name"]),
+            host=str(settings["bind_address"]),
+            port=entry["port"],
+        )
+        replica_env = dict(base_env)
+        replica_env.update({"FLEET_HEALTH_HOST": _probe_host(str(settings["bind_address"])),
+                            "FLEET_HEALTH_PORT": str(entry["port"])})
+        if multinode:
+            argv = multinode_commands(
+                plan,
+                backend=str(settings["multinode_backend"]),
+                nodes=addresses,
+                server_argv=list(settings["server_argv"]),
+                config_path=str(settings["config_mount"]),
+                master_port=int(settings["master_port"]),
+                ray_port=int(settings["ray_port"]),
+            )[rank]["argv"]
+        else:
+            argv = [*settings["server_argv"], "--config", str(settings["config_mount"])]
+        replicas.append(
+            {
+                "index": entry["index"],
+                "container": entry["container"],
+                "port": entry["port"],
+                "server": entry["server"],
+                "address": entry["address"],
+                "device_ids": entry["device_ids"],
+                "backend": entry["backend"] if serves_api else None,
+                "engine_args": config,
+                "env": dict(sorted(replica_env.items())),
+                "env_names": sorted({*replica_env, *secrets}),
+                "argv": argv,
+                "serves_api": serves_api,
+                "node_rank": rank,
+                "nodes": nodes,
+                "master_address": addresses[0] if multinode else None,
+            }
+        )
+    return {
+        "image": {"device": plan.get("device"), "vllm_version": plan.get("vllm_version"),
+                  "ref": settings.get("image") or None},
+        "model_dir": str(settings["model_dir"]),
+        "model_mount": str(settings["model_mount"]),
+        "served_model_name": str(settings["served_model_name"]),
+        "config_mount": str(settings["config_mount"]),
+        "node_rank": rank,
+        "nodes": nodes,
+        "master_address": addresses[0] if multinode else None,
+        "serves_api": serves_api,
+        "secret_env_names": secrets,
+        "replicas": replicas,
+    }
+
+
+def container_env(replica: dict[str, Any], secrets: dict[str, Any] | None = None) -> dict[str, str]:
+    """The environment a replica's container gets: its recorded values plus the secrets, whose names must be
+    exactly the record's (a key given at deploy that preflight did not plan for, or a planned key missing,
+    is refused rather than served silently without authentication).
+
+    :param secrets: ``{"api_key": "...", "hf_token": "..."}``; empty values mean unset
+    """
+    env = {str(k): str(v) for k, v in (replica.get("env") or {}).items()}
+    given = {SECRET_ENV[k]: str(v) for k, v in (secrets or {}).items() if k in SECRET_ENV and v}
+    unknown = sorted(set(secrets or {}) - set(SECRET_ENV))
+    if unknown:
+        raise LaunchError(f"unknown secrets {unknown}: known {sorted(SECRET_ENV)}")
+    expected = set(replica.get("env_names") or []) - set(env)
+    if set(given) != expected:
+        missing = sorted(expected - set(given))
+        extra = sorted(set(given) - expected)
+        what = (f"the launch record expects {', '.join(missing)} but no value was given" if missing else
+                f"{', '.join(extra)} was given but the launch record has no such variable: re-run preflight")
+        raise LaunchError(f"{replica.get('container')}: {what}")
+    env.update(given)
+    return env
+
+
+def lb_servers(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The load balancer's servers: every replica that serves the API, in the order of ``launches``."""
+    out = []
+    for launch in launches:
+        for replica in (launch or {}).get("replicas") or []:
+            if replica.get("serves_api") and replica.get("backend"):
+                out.append(replica["backend"])
     return out

@@ -28,7 +28,7 @@ def trial_grid(max_num_seqs: Sequence[int], max_num_batched_tokens: Sequence[int
         for tokens in sorted({int(v) for v in max_num_batched_tokens}):
             if tokens < seqs:
                 continue
-            grid.append({"max-num-seqs": seqs, "max-num-batched-tokens": tokens})
+            grid.append({"max_num_seqs": seqs, "max_num_batched_tokens": tokens})
     if not grid:
         raise AutotuneError("no valid pair: max_num_batched_tokens must be >= max_num_seqs")
     return grid
@@ -85,4 +85,4 @@ def group_overrides(
     merged = dict(current_overrides or {})
     if decision["met_target"]:
         merged.update(decision["best"]["engine"])
-    return {"vllm_serve_engine_overrides": merged}
+    return {"vllm_fleet_engine_args": merged}

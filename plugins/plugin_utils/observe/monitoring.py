@@ -232,14 +232,17 @@ def targets_from_inventory(
 ) -> list[dict[str, Any]]:
     """Per-host target descriptions (the input of :func:`scrape_configs`) from the inventory's hostvars.
 
-    vLLM ports: ``ports_var`` if set, else ``plan.parallel.replicas`` ports from ``port_var`` (or
+    vLLM ports and address: the host's launch record (``vllm_fleet_launch``, preflight) when it has one — the
+    replicas that serve the API; otherwise ``ports_var`` if set, else ``plan.parallel.replicas`` ports from ``port_var`` (or
     ``default_port``) up, as roles/vllm_serve starts them. DCGM: ``monitoring_dcgm_enabled``, else whether the
     host's gpu facts count any GPU. Node exporter: ``monitoring_node_exporter_enabled`` (default on).
     """
     result = []
     for host in hosts:
         hv = hostvars[host]
-        ports = hv.get(ports_var)
+        launch = hv.get("vllm_fleet_launch") or {}
+        serving = [r for r in launch.get("replicas") or [] if r.get("serves_api")]
+        ports = [r["port"] for r in serving] or hv.get(ports_var)
         if not ports:
             base = int(hv.get(port_var) or default_port)
             plan = hv.get(plan_var) or {}
@@ -253,7 +256,7 @@ def targets_from_inventory(
         result.append(
             {
                 "host": host,
-                "address": hv.get("ansible_host") or host,
+                "address": (serving[0]["address"] if serving else None) or hv.get("ansible_host") or host,
                 "vllm_ports": [int(p) for p in ports],
                 "node_exporter": bool(hv.get("monitoring_node_exporter_enabled", True)),
                 "dcgm": bool(dcgm),

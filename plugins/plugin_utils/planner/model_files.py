@@ -19,6 +19,30 @@ class ModelFilesError(ValueError):
     """The model path is missing or its files are not what the planner needs."""
 
 
+#: What a config.json must be instead of a binary file (the fix in the refusal).
+_GIVE_INSTEAD = "give a Hugging Face model directory with its config.json (the planner reads config.json)"
+
+
+def _refuse_binary(config_path: str, given_dir: bool) -> None:
+    """Refuse a binary file where config.json should be: a GGUF checkpoint, safetensors, a tarball…
+
+    Only the first bytes are read (a GGUF file is gigabytes).
+    """
+    try:
+        with open(config_path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as exc:
+        raise ModelFilesError(f"cannot read '{config_path}': {exc.strerror}") from None
+    if head.startswith(b"GGUF"):
+        what = "a GGUF checkpoint"
+    elif b"\x00" in head:
+        what = "a binary file"
+    else:
+        return
+    where = f"'{config_path}' in the model directory" if given_dir else f"'{config_path}'"
+    raise ModelFilesError(f"{where} is {what}, not a config.json: {_GIVE_INSTEAD}")
+
+
 def load_model(path: str) -> tuple[dict[str, Any], int | None, str]:
     """Return (config dict, safetensors total bytes or None, model directory) for a directory or a config.json.
 
@@ -35,9 +59,13 @@ def load_model(path: str) -> tuple[dict[str, Any], int | None, str]:
         raise ModelFilesError(f"model path '{path}' does not exist: give a model directory or a config.json")
     if not os.path.isfile(config_path):
         raise ModelFilesError(f"'{model_dir}' has no config.json: is it a Hugging Face model directory?")
+    _refuse_binary(config_path, os.path.isdir(path))
     try:
         with open(config_path, encoding="utf-8") as handle:
             config = json.load(handle)
+    except UnicodeDecodeError:
+        raise ModelFilesError(f"'{config_path}' is not UTF-8 text (a binary file?), not a config.json: "
+                              f"{_GIVE_INSTEAD}") from None
     except json.JSONDecodeError as exc:
         raise ModelFilesError(f"'{config_path}' is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except OSError as exc:

@@ -4,7 +4,10 @@ Two layers, in the order ``playbooks/preflight.yml`` runs them (kubespray's spli
 
 * :func:`check_host_inputs` — one host's inventory variables and group membership; needs no facts.
 * :func:`check_fleet` — the whole fleet after discovery and planning: multi-host TP/PP groups complete
-  and homogeneous, ports unique per host, image CUDA vs host driver.
+  and homogeneous, ports unique per host, image CUDA vs host driver; :func:`check_machines` — inventory names
+  that are one machine, and ports or container names two of them (or a load balancer) would share.
+
+:func:`host_warnings` gives the one-line warnings that do not stop a run (a missing API key when only planning).
 
 Every check returns a list of one-line messages (empty = all good). Each message names the host and
 says what to change. Nothing here raises on bad input (except :func:`port_variables`, which turns a variable
@@ -14,12 +17,20 @@ into a list of names); callers decide how to fail.
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as image_compat
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_fields import (
+    covers,
+    engine_arg_names,
+    option_aliases,
+    serve_only_names,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     BOOL_ENGINE_ARGS,
     CHOICE_ENGINE_ARGS,
@@ -98,14 +109,43 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_rollout_canary": "any",
     "vllm_fleet_rollout_batch": "any",
     "vllm_fleet_rollout_max_fail_percentage": "any",
+    # Read by playbooks/deploy.yml (secrets reach vLLM as HF_TOKEN; plan feedback).
+    "vllm_fleet_hf_token": "secret",
+    "vllm_fleet_feedback_dir": "str",
+    "vllm_fleet_feedback_tolerance": "any",
     # Facts preflight itself sets (allowed to exist on a re-run inside one ansible-playbook process).
     "vllm_fleet_plan": "any",
     "vllm_fleet_facts": "any",
+    "vllm_fleet_launch": "any",
 }
 
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.+-]+)?$")
 _CUDA_RE = re.compile(r"^\d+\.\d+$")
 _PLACEHOLDER_SECRETS = {"", "changeme", "change_me", "change-me", "secret", "xxx", "todo", "none", "null"}
+
+#: The variables whose values are secrets, and the kind of secret each holds. A value of one of them found in
+#: any other variable is refused (those are written into plans.json and the reports).
+SECRET_VALUE_VARIABLES: dict[str, str] = {
+    "vllm_fleet_api_key": "api_key", "vllm_fleet_hf_token": "hf_token",
+    "vllm_serve_api_key": "api_key", "vllm_serve_hf_token": "hf_token",
+}
+#: Where each kind of secret belongs instead (the fix in the refusal), and what the refusal calls it.
+_SECRET_FIX: dict[str, tuple[str, str]] = {
+    "api_key": ("an API key", "put it in vllm_fleet_api_key (ansible-vault) — it reaches vLLM as VLLM_API_KEY"),
+    "hf_token": ("a Hugging Face token",
+                 "put it in vllm_fleet_hf_token (ansible-vault) — it reaches vLLM as HF_TOKEN"),
+    "secret": ("a secret", "keep secrets out of it; the vLLM API key goes in vllm_fleet_api_key (ansible-vault) — "
+               "it reaches vLLM as VLLM_API_KEY"),
+}
+#: ``vllm serve`` options the vllm_serve role sets for every replica, and what to set instead.
+_SERVE_OWNED: dict[str, str] = {
+    "port": "set vllm_serve_port (vllm_serve_ports for several replicas) instead",
+    "host": "set vllm_serve_bind_address instead",
+}
+#: Name words that mark a secret wherever they appear (``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``).
+_SECRET_WORDS = {"SECRET", "PASSWORD", "PASSWD"}
+#: Name words that mark a Hugging Face token when the name ends in TOKEN.
+_HF_WORDS = {"HF", "HUGGING", "HUGGINGFACE"}
 
 
 def vllm_rules(version: Any = None) -> VersionRules:
@@ -164,6 +204,81 @@ def _string_hint(value: Any) -> str:
     return ""
 
 
+# ---- secrets in the wrong variable ---------------------------------------------------------------------
+
+def secret_kind(name: Any) -> str | None:
+    """``"api_key"``, ``"hf_token"`` or ``"secret"`` when an option or variable name holds a secret, else None.
+
+    Any spelling (``api_key``, ``--api-key``, ``VLLM_API_KEY``). A name is a secret when it contains API_KEY, ends
+    in the word TOKEN (``HF_TOKEN``, ``GITHUB_TOKEN``) or has the word SECRET/PASSWORD/PASSWD. Whole words, so
+    vLLM's own ``VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD``, ``long_prefill_token_threshold`` or
+    ``TOKENIZERS_PARALLELISM`` are not secrets.
+    """
+    words = [w for w in re.split(r"[^A-Z0-9]+", str(name).upper()) if w]
+    if not words:
+        return None
+    if "API_KEY" in "_".join(words) or "APIKEY" in words:
+        return "api_key"
+    if words[-1] == "TOKEN":
+        return "hf_token" if _HF_WORDS & set(words) else "secret"
+    if _SECRET_WORDS & set(words):
+        return "secret"
+    return None
+
+
+def _secret_values(variables: Mapping[str, Any]) -> dict[str, str]:
+    """The real (not placeholder) secret values set in ``variables`` → the variable that holds each."""
+    values: dict[str, str] = {}
+    for name in SECRET_VALUE_VARIABLES:
+        value = variables.get(name)
+        if isinstance(value, str) and value.strip() and value.strip().lower() not in _PLACEHOLDER_SECRETS:
+            values.setdefault(value.strip(), name)
+    return values
+
+
+def _holds_secret(value: Any, secrets: Mapping[str, str] | None) -> str | None:
+    """The secret variable whose value ``value`` is or contains (strings in dicts and lists too), else None.
+
+    :param secrets: secret value → the variable that holds it (:func:`_secret_values`)
+    """
+    if not secrets:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        for secret, name in secrets.items():
+            if text == secret or (len(secret) >= 8 and secret in text):
+                return name
+        return None
+    if isinstance(value, Mapping):
+        items: list[Any] = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        return None
+    return next((kind for kind in (_holds_secret(v, secrets) for v in items) if kind), None)
+
+
+def _secret_error(host: str, where: str, kind: str, var: str, verb: str = "holds") -> str:
+    """One line that names where the secret is and where it goes; never the value itself.
+
+    ``kind``: :func:`secret_kind`'s answer for a name, or the secret variable whose value was found.
+    """
+    if kind in SECRET_VALUE_VARIABLES:
+        what, fix = f"the value of {kind}", _SECRET_FIX[SECRET_VALUE_VARIABLES[kind]][1]
+    else:
+        what, fix = _SECRET_FIX.get(kind, _SECRET_FIX["secret"])
+    return f"{host}: {where} {verb} {what}, and {var} is written into plans.json and the reports: {fix}"
+
+
+def _did_you_mean(name: str, names: Iterable[str], show: Callable[[str], str] = str) -> str:
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f" (did you mean {show(close[0])}?)" if close else ""
+
+
+def _as_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Layer 1: one host's inputs.
 # ----------------------------------------------------------------------------------------------------
@@ -174,16 +289,30 @@ def sku_groups(group_names: Iterable[str]) -> list[str]:
 
 
 def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
-                      vllm_version: str | None = None) -> list[str]:
-    """Types, ranges and removed names of pinned engine arguments (snake_case keys) for the target vLLM."""
+                      vllm_version: str | None = None, *, secrets: Mapping[str, str] | None = None) -> list[str]:
+    """Names, types, ranges and removed names of pinned engine arguments (snake_case keys) for the target vLLM.
+
+    A name must be one of vLLM's engine arguments (``planner/engine_fields.py``; a typo gets the nearest name).
+    A secret (``api_key``, ``hf_token``, or a value of ``secrets``: value → the variable holding it) is refused
+    without its value.
+    """
     rules = vllm_rules(vllm_version)
     choices = _choices(rules)
+    names = engine_arg_names(vllm_version)
     errors: list[str] = []
     if not isinstance(args, Mapping):
         return [f"{host}: {var} must be a dict of engine arguments, got {_type_name(args)}"]
-    for key in sorted(args):
+    for key in sorted(args, key=str):
         value = args[key]
         where = f"{host}: {var}.{key}"
+        kind = secret_kind(key)
+        if kind is not None:
+            errors.append(_secret_error(host, f"{var}.{key}", kind, var))
+            continue
+        by_value = _holds_secret(value, secrets)
+        if by_value is not None:
+            errors.append(_secret_error(host, f"{var}.{key}", by_value, var))
+            continue
         if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_]*$", key):
             errors.append(f"{host}: {var} key {key!r} must be snake_case (e.g. gpu_memory_utilization)")
             continue
@@ -192,6 +321,8 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
             errors.append(f"{where} is accepted but ignored by vLLM {rules.series}: {_advice(removed)}")
         elif removed is not None:
             errors.append(f"{where} is not a vLLM {rules.series} engine argument: {_advice(removed)}")
+        elif key not in names and covers(vllm_version):
+            errors.append(_unknown_engine_arg(host, var, key, rules.series, names, vllm_version))
         elif key in INT_ENGINE_ARGS:
             low, high = INT_ENGINE_ARGS[key]
             if key == "max_model_len" and value in ("auto", -1):
@@ -215,46 +346,114 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
     return errors
 
 
+def _unknown_engine_arg(host: str, var: str, key: str, series: str, names: frozenset[str],
+                        vllm_version: str | None) -> str:
+    """The refusal of a name vLLM has no engine argument for: a ``vllm serve`` option, an alias or a typo."""
+    where = f"{host}: {var}.{key}"
+    alias = option_aliases(vllm_version).get(key)
+    if alias in names:
+        return f"{where} is not a vLLM {series} engine argument name: write it as {alias}"
+    if key in _SERVE_OWNED:
+        return f"{where} is a vllm serve option the vllm_serve role sets: {_SERVE_OWNED[key]}"
+    if key in serve_only_names(vllm_version):
+        return (f"{where} is a vllm serve option, not an engine argument: pass it in vllm_fleet_extra_args as "
+                f"{_as_flag(key)}")
+    return (f"{where} is not a vLLM {series} engine argument{_did_you_mean(key, names)}: fix the name "
+            "(the names are vLLM's EngineArgs fields, vllm/engine/arg_utils.py)")
+
+
 def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
+def _option_name(flag: str, known: frozenset[str], aliases: Mapping[str, str]) -> str | None:
+    """The snake_case option a flag sets (``--max-num-seqs`` → ``max_num_seqs``, ``-tp`` → ``tensor_parallel_size``,
+    ``--no-enforce-eager`` → ``enforce_eager``, ``--compilation-config.mode`` → ``compilation_config``); None for a
+    value (``-1``) or a short flag vLLM has no alias for (``-O3``)."""
+    if flag.startswith("--"):
+        name = flag[2:].split(".", 1)[0].replace("-", "_")
+        if name.startswith("no_") and name[3:] in known:
+            name = name[3:]
+        return aliases.get(name, name)
+    if flag.startswith("-") and len(flag) > 1 and not re.match(r"^-[\d.]", flag):
+        return aliases.get(flag[1:].split(".", 1)[0].replace("-", "_"))
+    return None
+
+
 def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = None,
-                     vllm_version: str | None = None) -> list[str]:
-    """User extra CLI args: a list of strings without removed flags or flags preflight plans itself."""
+                     vllm_version: str | None = None, *, secrets: Mapping[str, str] | None = None) -> list[str]:
+    """User extra CLI args: a list of strings, one flag or one value per item, naming only options ``vllm serve``
+    knows, without removed flags, flags preflight plans itself, or secrets (``--api-key``, or a value of
+    ``secrets``: value → the variable holding it; refused without the value)."""
     rules = vllm_rules(vllm_version)
     planned = {*INT_ENGINE_ARGS, *FLOAT_ENGINE_ARGS, *_choices(rules), "model"}
+    known = engine_arg_names(vllm_version) | serve_only_names(vllm_version)
+    aliases = option_aliases(vllm_version)
     if not isinstance(extra, (list, tuple)):
         return [f"{host}: vllm_fleet_extra_args must be a list of strings, got {_type_name(extra)}"]
     errors: list[str] = []
+    skip_value = False
     for i, arg in enumerate(extra):
+        if skip_value:  # the value after a refused secret flag: neither checked nor shown
+            skip_value = False
+            continue
+        text = arg.strip() if isinstance(arg, str) else ""
+        flag_part = _flag_name(text)
+        words = flag_part.split()
+        flag = words[0] if text.startswith("-") and words else flag_part
+        kind = secret_kind(flag) if flag.startswith("-") else None
+        if kind is not None:
+            errors.append(_secret_error(host, f"vllm_fleet_extra_args has {flag}, which", kind,
+                                        "vllm_fleet_extra_args", verb="takes"))
+            skip_value = "=" not in text and len(words) == 1
+            continue
+        by_value = _holds_secret(arg, secrets)
+        if by_value is not None:
+            errors.append(_secret_error(host, f"vllm_fleet_extra_args[{i}]", by_value, "vllm_fleet_extra_args"))
+            continue
         if not isinstance(arg, str):
             errors.append(f"{host}: vllm_fleet_extra_args[{i}] must be a string, got {_type_name(arg)} {arg!r}")
             continue
-        flag = _flag_name(arg)
+        if text.startswith("-") and len(words) > 1:
+            value = text[len(flag):].strip()
+            errors.append(f"{host}: vllm_fleet_extra_args[{i}] {arg!r} holds a flag and its value in one item "
+                          f"(vLLM would get them as one unknown argument): write them as two items "
+                          f"{json.dumps([flag, value])}")
         removed = rules.removed_arg(flag) if flag.startswith("--") else None
+        name = _option_name(flag, known, aliases)
         if removed is not None and removed.ignored:
             errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM {rules.series} accepts but "
                           f"ignores: {_advice(removed, 'vllm_fleet_engine_args.')}")
         elif removed is not None:
             errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM {rules.series} rejects "
                           f"(exit 2, unrecognized arguments): {_advice(removed, 'vllm_fleet_engine_args.')}")
-        elif flag.startswith("--"):
-            snake = flag[2:].replace("-", "_")
-            if snake in planned:
-                errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
-                              f"pin it as vllm_fleet_engine_args.{snake} instead (it is then validated)")
+        elif name is None:
+            continue
+        elif name in planned:
+            errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
+                          f"pin it as vllm_fleet_engine_args.{name} instead (it is then validated)")
+        elif name not in known and covers(vllm_version):
+            errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM {rules.series} does not know"
+                          f"{_did_you_mean(name, known, _as_flag)}: fix the flag (vllm serve exits 2 on an "
+                          "unrecognized argument)")
     return errors
 
 
-def check_env(host: str, env: Any, vllm_version: str | None = None) -> list[str]:
+def check_env(host: str, env: Any, vllm_version: str | None = None, *,
+              secrets: Mapping[str, str] | None = None) -> list[str]:
+    """Environment variables for vLLM: strings, none that vLLM removed, and no secret (by name, or a value of
+    ``secrets``: value → the variable holding it; refused without the value)."""
     rules = vllm_rules(vllm_version)
     removed = {entry.name: entry for entry in rules.removed_env}
     if not isinstance(env, Mapping):
         return [f"{host}: vllm_fleet_env must be a dict of environment variables, got {_type_name(env)}"]
     errors: list[str] = []
-    for key in sorted(env):
-        if key in removed:
+    for key in sorted(env, key=str):
+        kind = secret_kind(key)
+        by_value = None if kind else _holds_secret(env[key], secrets)
+        if kind is not None or by_value is not None:
+            errors.append(_secret_error(host, f"vllm_fleet_env.{key}", str(kind or by_value), "vllm_fleet_env"))
+        elif key in removed:
             errors.append(f"{host}: vllm_fleet_env.{key} is unknown to vLLM {rules.series}: "
                           f"{_advice(removed[key], 'vllm_fleet_engine_args.')}")
         elif not isinstance(env[key], (str, int, float)) or isinstance(env[key], bool):
@@ -270,11 +469,49 @@ def _check_port(host: str, name: str, value: Any) -> list[str]:
     return []
 
 
-def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequence[str]) -> list[str]:
+def planning_only(variables: Mapping[str, Any]) -> bool:
+    """True when the run only plans: GPU facts come from ``vllm_fleet_recorded_facts_dir``, no host is reached."""
+    value = variables.get("vllm_fleet_recorded_facts_dir")
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _api_key_problem(variables: Mapping[str, Any]) -> str | None:
+    """What is wrong with the API-key secret when one is required: "missing", "placeholder", or None."""
+    if variables.get("vllm_fleet_api_key_required", True) is not True:
+        return None
+    key = variables.get("vllm_fleet_api_key")
+    if key is None:
+        return "missing"
+    if not isinstance(key, str) or key.strip().lower() in _PLACEHOLDER_SECRETS:
+        return "placeholder"
+    return None
+
+
+def host_warnings(host: str, variables: Mapping[str, Any], *, planning: bool | None = None) -> list[str]:
+    """One host's warnings: what does not stop this run but would stop a deploy.
+
+    ``planning`` says the run only plans (default: :func:`planning_only`); then a missing or placeholder API key
+    is a warning here instead of an error of :func:`check_host_inputs`.
+    """
+    if not (planning_only(variables) if planning is None else planning):
+        return []
+    problem = _api_key_problem(variables)
+    if problem is None:
+        return []
+    state = "is not set" if problem == "missing" else "is empty or a placeholder"
+    return [f"{host}: the API-key secret vllm_fleet_api_key {state}: fine for planning from recorded facts, but a "
+            "deploy needs it: put it in an ansible-vault file or export VLLM_FLEET_API_KEY (or set "
+            "vllm_fleet_api_key_required: false for a closed lab)"]
+
+
+def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequence[str], *,
+                      planning: bool | None = None) -> list[str]:
     """Validate one host's inventory: SKU group, variable names, types, ranges, secrets.
 
     ``variables`` holds every host variable whose name starts with ``vllm_`` or is a removed name
-    (the playbook collects them with the ``varnames`` lookup), already templated.
+    (the playbook collects them with the ``varnames`` lookup), already templated. ``planning`` says the run only
+    plans (default: :func:`planning_only`, i.e. ``vllm_fleet_recorded_facts_dir`` is set): a missing API key is then
+    :func:`host_warnings`' warning, not an error. A secret in any other variable is an error either way.
     """
     errors: list[str] = []
     skus = sku_groups(group_names)
@@ -326,26 +563,32 @@ def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequ
                       f"got {cuda!r}")
 
     target = version if isinstance(version, str) else None
+    secrets = _secret_values(variables)
     if "vllm_fleet_engine_args" in variables:
-        errors += check_engine_args(host, variables["vllm_fleet_engine_args"], vllm_version=target)
+        errors += check_engine_args(host, variables["vllm_fleet_engine_args"], vllm_version=target, secrets=secrets)
     if "vllm_fleet_extra_args" in variables:
         pinned = variables.get("vllm_fleet_engine_args")
         errors += check_extra_args(host, variables["vllm_fleet_extra_args"],
-                                   pinned if isinstance(pinned, Mapping) else None, vllm_version=target)
+                                   pinned if isinstance(pinned, Mapping) else None, vllm_version=target,
+                                   secrets=secrets)
     if "vllm_fleet_env" in variables:
-        errors += check_env(host, variables["vllm_fleet_env"], vllm_version=target)
+        errors += check_env(host, variables["vllm_fleet_env"], vllm_version=target, secrets=secrets)
 
     if not _is_name_list(variables.get("vllm_fleet_port_variables", DEFAULT_PORT_VARIABLES)):
         errors.append(f"{host}: {_PORT_VARIABLES_ERROR}")
 
-    required = variables.get("vllm_fleet_api_key_required", True)
-    if required is True:
-        key = variables.get("vllm_fleet_api_key")
-        if key is None:
+    hf_token = variables.get("vllm_fleet_hf_token")
+    if hf_token is not None and not isinstance(hf_token, str):
+        errors.append(f"{host}: vllm_fleet_hf_token must be a string (an ansible-vault value), "
+                      f"got {_type_name(hf_token)}")
+
+    problem = _api_key_problem(variables)
+    if not (planning_only(variables) if planning is None else planning):
+        if problem == "missing":
             errors.append(f"{host}: the API-key secret vllm_fleet_api_key is missing: put it in an "
                           "ansible-vault file or export VLLM_FLEET_API_KEY (or set vllm_fleet_api_key_required: "
                           "false for a closed lab)")
-        elif not isinstance(key, str) or key.strip().lower() in _PLACEHOLDER_SECRETS:
+        elif problem == "placeholder":
             errors.append(f"{host}: the API-key secret vllm_fleet_api_key is empty or a placeholder: "
                           "set a real key (ansible-vault or VLLM_FLEET_API_KEY)")
     return errors
@@ -374,8 +617,24 @@ def check_facts_shape(host: str, facts: Any) -> list[str]:
     return errors
 
 
+def check_gpu_present(host: str, facts: Mapping[str, Any], sku_group: str | None) -> list[str]:
+    """A host of a ``gpu_*`` group has at least one NVIDIA GPU in its facts (recorded facts of a GPU-less machine
+    would otherwise be planned as the CPU lane, where live discovery refuses the host)."""
+    if not sku_group or not sku_group.startswith("gpu_") or not isinstance(facts, Mapping):
+        return []
+    count = facts.get("gpu_count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return []
+    return [f"{host}: is in {sku_group} but its facts show no NVIDIA GPU (gpu_count {count!r}): fix the driver "
+            "(nvidia-smi must list the GPUs) or the recorded facts file, or move the host to a cpu_<lane> group"]
+
+
 def check_sku_match(host: str, facts: Mapping[str, Any], sku_group: str | None, match: str | None) -> list[str]:
-    """The discovered GPU agrees with the SKU group the host is filed under."""
+    """The discovered GPU agrees with the SKU group the host is filed under: a ``gpu_*`` host has a GPU
+    (:func:`check_gpu_present`), and its name contains ``match`` (``vllm_fleet_sku_match``) when that is set."""
+    absent = check_gpu_present(host, facts, sku_group)
+    if absent:
+        return absent
     if not match or not sku_group:
         return []
     name = str(facts.get("gpu_name") or "")
@@ -477,6 +736,103 @@ def check_ports(host: str, ports: Mapping[str, Any]) -> list[str]:
                           "service its own port")
         else:
             seen[value] = name
+    return errors
+
+
+def gpu_uuids(facts: Any) -> list[str]:
+    """The GPU UUIDs in a host's facts (CONTRACT 1 ``gpus[].uuid``, ``GPU-…``), in the facts' order, once each.
+
+    MIG instances (``mig_devices[].uuid``, ``MIG-…``) are slices of these GPUs; the GPUs identify the machine.
+    """
+    gpus = facts.get("gpus") if isinstance(facts, Mapping) else None
+    uuids: list[str] = []
+    for gpu in gpus if isinstance(gpus, list) else []:
+        uuid = gpu.get("uuid") if isinstance(gpu, Mapping) else None
+        if isinstance(uuid, str) and uuid.strip() and uuid.strip() not in uuids:
+            uuids.append(uuid.strip())
+    return uuids
+
+
+def _machine_key(address: str) -> str:
+    """One key per machine for an address: every loopback spelling (localhost, 127.0.0.1, ::1) is one machine."""
+    text = address.strip().lower().rstrip(".")
+    if text in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return "loopback"
+    try:
+        ip = ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return text
+    return "loopback" if ip.is_loopback else str(ip)
+
+
+def _ports(value: Any) -> set[int]:
+    items = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    ports = {int(p) for p in items if _is_int(p) or (isinstance(p, str) and p.strip().isdigit())}
+    return {p for p in ports if p > 0}
+
+
+def _names_in(value: Any) -> set[str]:
+    items = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    return {str(v) for v in items if isinstance(v, str) and v}
+
+
+def _spot(name: str, item: Any) -> tuple[str, str]:
+    """(address as given, machine key) of one host or load balancer of :func:`check_machines`."""
+    address = item.get("address") if isinstance(item, Mapping) else None
+    text = str(address).strip() if isinstance(address, str) and address.strip() else name
+    return text, _machine_key(text)
+
+
+def _listed(word: str, values: Sequence[Any], show: Callable[[Any], str] = str) -> str:
+    return f"{word}{'s' if len(values) > 1 else ''} {', '.join(show(v) for v in values)}"
+
+
+def check_machines(hosts: Mapping[str, Mapping[str, Any]], lbs: Mapping[str, Mapping[str, Any]] | None = None
+                   ) -> list[str]:
+    """The machines behind the inventory names: none listed twice, no port or container name used twice.
+
+    :param hosts: vLLM hosts, ``{name: {"address": str, "gpu_uuids": [str], "ports": [int], "containers": [str]}}``
+        (every replica port and container name the host will run; :func:`gpu_uuids` of its facts)
+    :param lbs: load balancers, ``{name: {"address": str, "ports": [int]}}`` (listen and stats ports)
+
+    Two names sharing a GPU are one machine; two names on one address (loopback spellings are one address) may
+    share it only with their own ports and container names (a lab of several names on one machine); a load
+    balancer's ports must not be a replica port of a vLLM host on its address. Messages are sorted by name.
+    """
+    names = sorted(hosts, key=str)
+    spot = {n: _spot(str(n), hosts[n]) for n in names}
+    items = {n: hosts[n] if isinstance(hosts[n], Mapping) else {} for n in names}
+    uuids = {n: set(_names_in(items[n].get("gpu_uuids"))) for n in names}
+    ports = {n: _ports(items[n].get("ports") or []) for n in names}
+    containers = {n: _names_in(items[n].get("containers") or []) for n in names}
+    errors: list[str] = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = sorted(uuids[a] & uuids[b])
+            if shared:
+                errors.append(f"{a} and {b} are the same machine (GPU {shared[0]}): list it once")
+                continue
+            if spot[a][1] != spot[b][1]:
+                continue
+            both = sorted(ports[a] & ports[b])
+            named = sorted(containers[a] & containers[b])
+            if not both and not named:
+                continue
+            what = [_listed("port", both)] if both else []
+            what += [_listed("container", named, repr)] if named else []
+            where = spot[a][0] if spot[a][0] == spot[b][0] else f"{spot[a][0]} / {spot[b][0]}"
+            errors.append(f"{a} and {b} are both {where} and would both use {' and '.join(what)}: list the machine "
+                          "once, or give each its own vllm_serve_port and vllm_serve_container_name")
+    for lb in sorted(lbs or {}, key=str):
+        item = (lbs or {})[lb]
+        lb_address, lb_key = _spot(str(lb), item)
+        lb_ports = _ports(item.get("ports") or [] if isinstance(item, Mapping) else [])
+        for host in names:
+            if spot[host][1] != lb_key:
+                continue
+            for port in sorted(ports[host] & lb_ports):
+                errors.append(f"replica port {port} of {host} overlaps the load balancer's port on {lb_address} "
+                              f"(lb host {lb}): move vllm_serve_port or vllm_lb_port")
     return errors
 
 

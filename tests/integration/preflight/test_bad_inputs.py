@@ -43,6 +43,20 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "driver_too_old": ("t4-old", r"t4-old: No vLLM image runs on driver 535\.261\.03"),
     "sku_mismatch": ("h200-a", r"h200-a: is in gpu_h100 \(expects a GPU matching 'H100'\) but discovery found NVIDIA H200"),
     "removed_env_var": ("h200-a", r"h200-a: vllm_fleet_env\.VLLM_USE_V1 is unknown to vLLM 0\.32"),
+    "unknown_engine_arg": ("h200-a", r"h200-a: vllm_fleet_engine_args\.max_num_seq is not a vLLM 0\.32 engine "
+                                     r"argument \(did you mean max_num_seqs\?\): fix the name"),
+    "flag_and_value_in_one_item": ("h200-a", r"h200-a: vllm_fleet_extra_args\[0\] \S*--swap-space 16\S* holds a flag "
+                                             r"and its value in one item .*write them as two items "
+                                             r"\[\\*\"--swap-space\\*\", \\*\"16\\*\"\]"),
+    "gguf_model": ("h200-a", r"h200-a: \S*gguf_model/tiny\.Q4_K_M\.gguf\S* is a GGUF checkpoint, not a config\.json: "
+                             r"give a Hugging Face model directory with its config\.json"),
+    "gpu_group_without_gpu": ("h100-c", r"h100-c: is in gpu_h100 but its facts show no NVIDIA GPU \(gpu_count 0\): "
+                                        r"fix the driver .* or move the host to a cpu_<lane> group"),
+    # The refusal names both variables and the fix; the (?!...) makes sure neither secret value is in the output.
+    "secret_in_engine_args": ("h200-a", r"^(?!.*(?:sk-case-secret-52c1e9|hf-case-secret-8d0b77))"
+                                        r".*h200-a: vllm_fleet_engine_args\.api_key holds an API key, .*put it in "
+                                        r"vllm_fleet_api_key \(ansible-vault\) — it reaches vLLM as VLLM_API_KEY"
+                                        r".*h200-a: vllm_fleet_env\.HF_TOKEN holds a Hugging Face token"),
 }
 
 

@@ -16,7 +16,7 @@ PLAN = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "deploy" /
 def test_every_filter_is_exported() -> None:
     assert set(FILTERS) == {
         "vllm_engine_config", "vllm_replicas", "vllm_health_gate", "vllm_serial", "vllm_metric_sum",
-        "vllm_multinode", "vllm_retries",
+        "vllm_multinode", "vllm_retries", "vllm_container_env", "vllm_lb_servers",
     }
 
 

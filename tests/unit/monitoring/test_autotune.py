@@ -10,7 +10,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import au
 
 def trial(seqs: int, tokens: int, tput: float, p99: float, completed: int = 32) -> dict[str, Any]:
     return {
-        "engine": {"max-num-seqs": seqs, "max-num-batched-tokens": tokens},
+        "engine": {"max_num_seqs": seqs, "max_num_batched_tokens": tokens},
         "result": {"completed": completed, "output_throughput": tput, "p99_ttft_ms": p99},
     }
 
@@ -18,9 +18,9 @@ def trial(seqs: int, tokens: int, tput: float, p99: float, completed: int = 32) 
 def test_grid_drops_pairs_vllm_refuses() -> None:
     grid = at.trial_grid([256, 64], [128, 2048])
     assert grid == [
-        {"max-num-seqs": 64, "max-num-batched-tokens": 128},
-        {"max-num-seqs": 64, "max-num-batched-tokens": 2048},
-        {"max-num-seqs": 256, "max-num-batched-tokens": 2048},
+        {"max_num_seqs": 64, "max_num_batched_tokens": 128},
+        {"max_num_seqs": 64, "max_num_batched_tokens": 2048},
+        {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
     ]
 
 
@@ -39,22 +39,22 @@ def test_best_throughput_that_meets_the_target_wins() -> None:
         500.0,
     )
     assert decision["met_target"]
-    assert decision["best"]["engine"] == {"max-num-seqs": 128, "max-num-batched-tokens": 4096}
+    assert decision["best"]["engine"] == {"max_num_seqs": 128, "max_num_batched_tokens": 4096}
     assert [t["meets_target"] for t in decision["trials"]] == [True, False, True]
 
 
 def test_no_trial_meets_target_reports_lowest_latency_and_writes_nothing() -> None:
     decision = at.choose([trial(64, 2048, 900.0, 700.0), trial(256, 8192, 1500.0, 900.0)], 500.0)
     assert not decision["met_target"]
-    assert decision["best"]["engine"]["max-num-seqs"] == 64
-    assert at.group_overrides(decision, {"max-model-len": 4096}) == {
-        "vllm_serve_engine_overrides": {"max-model-len": 4096}
+    assert decision["best"]["engine"]["max_num_seqs"] == 64
+    assert at.group_overrides(decision, {"max_model_len": 4096}) == {
+        "vllm_fleet_engine_args": {"max_model_len": 4096}
     }
 
 
 def test_failed_trials_never_win() -> None:
     decision = at.choose([trial(64, 2048, 0.0, 0.0, completed=0), trial(128, 2048, 500.0, 400.0)], 500.0)
-    assert decision["best"]["engine"]["max-num-seqs"] == 128
+    assert decision["best"]["engine"]["max_num_seqs"] == 128
     assert at.group_overrides(decision) == {
-        "vllm_serve_engine_overrides": {"max-num-seqs": 128, "max-num-batched-tokens": 2048}
+        "vllm_fleet_engine_args": {"max_num_seqs": 128, "max_num_batched_tokens": 2048}
     }

@@ -1,0 +1,227 @@
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""The launch record: preflight's one answer per host, which every later stage reads.
+
+Preflight is the one place that plans. :func:`host_input` turns one host's variables (already checked by
+``checks.check_host_inputs``) and its GPU facts into the inputs of the fleet step, without any secret value;
+:func:`fleet_launch` plans every host in one call (memoised on identical facts, model and options), lays out
+its replicas and its multi-node group, runs the fleet checks and returns ``{"records", "errors"}``.
+``records[host]`` is what ``artifacts/fleet-plan/plans.json`` holds for the host:
+
+- ``sku``, ``facts``, ``plan`` (Contract 2), ``multinode_group``, ``ports``, ``image_cuda``, ``feedback`` —
+  the report's inputs;
+- ``launch`` — :func:`..deploy.launch.launch_record`: the image, and per replica ``container``, ``port``,
+  ``device_ids``, ``engine_args`` (the exact ``--config`` file), ``env`` / ``env_names``, ``argv``,
+  ``node_rank``, ``nodes`` and ``master_address``.
+
+An unexpected error while handling one host becomes one line naming the host, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
+    SECRET_ENV,
+    LaunchError,
+    launch_record,
+    launch_settings,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.planning import (
+    plan_options,
+    try_plan,
+)
+
+__all__ = ["fleet_launch", "host_input", "plans_json", "replan", "with_feedback"]
+
+def _unexpected(host: str, what: str, exc: BaseException) -> str:
+    return (f"{host}: preflight failed unexpectedly while {what}: {type(exc).__name__}: {exc} "
+            "(an input vllm-fleet does not expect; check this host's variables and facts)")
+
+
+#: Facts that identify a machine but never change its plan: left out of the memo key, so identical hosts
+#: are planned once (the planner reads none of them).
+_IDENTITY_KEYS: frozenset[str] = frozenset()
+_GPU_IDENTITY_KEYS = frozenset({"uuid", "pci_bus_id"})
+
+
+def _memo_key(facts: Any, model: Any, options: Mapping[str, Any]) -> str:
+    if isinstance(facts, Mapping):
+        facts = {k: v for k, v in facts.items() if k not in _IDENTITY_KEYS}
+        if isinstance(facts.get("gpus"), list):
+            facts["gpus"] = [{k: v for k, v in g.items() if k not in _GPU_IDENTITY_KEYS} if isinstance(g, Mapping)
+                             else g for g in facts["gpus"]]
+    return json.dumps([facts, model, options], sort_keys=True, default=str)
+
+
+def _gpu_indexes(facts: Mapping[str, Any]) -> list[int] | None:
+    gpus = facts.get("gpus") or []
+    indexes = [g.get("index") for g in gpus if isinstance(g, Mapping)]
+    ints = [i for i in indexes if isinstance(i, int) and not isinstance(i, bool)]
+    return sorted(ints) if ints and len(ints) == len(indexes) else None
+
+
+def host_input(
+    variables: Mapping[str, Any],
+    host: str,
+    *,
+    sku: str,
+    facts: Mapping[str, Any],
+    address: str,
+    model_dir: str,
+    ports: Mapping[str, Any] | None = None,
+    feedback: Any = None,
+) -> dict[str, Any]:
+    """One host's inputs to :func:`fleet_launch`, with secrets reduced to their names.
+
+    :param variables: the host's ``vllm_*`` variables (the ``varnames`` lookup preflight already makes)
+    :param address: ansible_host, or the inventory name
+    :param model_dir: the controller's model directory (realpath of vllm_fleet_model)
+    """
+    secret_vars = checks.SECRET_VALUE_VARIABLES  # variable -> kind (api_key, hf_token)
+    secrets = sorted({SECRET_ENV[kind] for name, kind in secret_vars.items()
+                      if isinstance(variables.get(name), str) and variables[name].strip()})
+    public = {k: v for k, v in variables.items() if k not in secret_vars}
+    return {
+        "sku": sku,
+        "facts": dict(facts),
+        "address": address,
+        "model": variables.get("vllm_fleet_model"),
+        "multinode_group": variables.get("vllm_fleet_multinode_group") or None,
+        "options": plan_options(public),
+        "settings": launch_settings(dict(public), address=address, model_dir=model_dir),
+        "env": dict(variables.get("vllm_fleet_env") or {}),
+        "secret_names": secrets,
+        "ports": dict(ports or {}),
+        "image_cuda": variables.get("vllm_fleet_image_cuda_version"),
+        "feedback": feedback,
+    }
+
+
+def _groups(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for host, item in hosts.items():  # inventory order: the first host of a group is rank 0
+        group = item.get("multinode_group")
+        if group:
+            groups.setdefault(str(group), []).append(host)
+    return groups
+
+
+def _machine_view(records: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Mapping[str, Any]]
+                  ) -> dict[str, dict[str, Any]]:
+    view = {}
+    for host, rec in records.items():
+        replicas = (rec.get("launch") or {}).get("replicas") or []
+        uuids = checks.gpu_uuids(rec.get("facts") or {})
+        address = (hosts[host].get("settings") or {}).get("advertise_address") or hosts[host].get("address") or host
+        view[host] = {"address": address, "gpu_uuids": uuids,
+                      "ports": [r["port"] for r in replicas], "containers": [r["container"] for r in replicas]}
+    return view
+
+
+def fleet_launch(
+    hosts: Mapping[str, Mapping[str, Any]],
+    lbs: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    check_image: bool = True,
+) -> dict[str, Any]:
+    """Plan and lay out every host: ``{"records": {host: record}, "errors": [one line each]}``.
+
+    :param hosts: :func:`host_input` per host, in inventory order
+    :param lbs: the load-balancer hosts, ``{name: {"address", "ports"}}`` (their listen and stats ports)
+    """
+    errors: list[str] = []
+    records: dict[str, dict[str, Any]] = {}
+    groups = _groups(hosts)
+    memo: dict[str, dict[str, Any]] = {}
+    plans: dict[str, dict[str, Any]] = {}
+    for host, item in hosts.items():
+        try:
+            options = dict(item.get("options") or {})
+            group = item.get("multinode_group")
+            if group:
+                policy = dict(options.get("policy") or {})
+                policy.setdefault("max_nodes", len(groups[str(group)]))
+                options["policy"] = policy
+            key = _memo_key(item.get("facts"), item.get("model"), options)
+            if key not in memo:
+                memo[key] = try_plan(item.get("facts"), item.get("model"), "{host}", options)
+            answer = memo[key]
+            if answer["error"]:
+                errors.append(str(answer["error"]).replace("{host}", host, 1))
+                continue
+            plans[host] = answer["plan"]
+        except Exception as exc:
+            errors.append(_unexpected(host, "planning", exc))
+    for host, plan in plans.items():
+        item = hosts[host]
+        try:
+            group = item.get("multinode_group")
+            nodes = groups[str(group)] if group else [host]
+            launch = launch_record(
+                plan,
+                host=host,
+                settings=dict(item["settings"]),
+                env=item.get("env"),
+                secret_names=list(item.get("secret_names") or []),
+                nodes=nodes,
+                node_addresses=[str(hosts[n]["settings"]["advertise_address"]) for n in nodes],
+                gpu_indexes=_gpu_indexes(item.get("facts") or {}),
+            )
+        except LaunchError as exc:
+            errors.append(f"{host}: cannot lay out the plan: {exc}")
+            continue
+        except Exception as exc:
+            errors.append(_unexpected(host, "laying out its replicas", exc))
+            continue
+        records[host] = {
+            "sku": item.get("sku"),
+            "facts": item.get("facts"),
+            "plan": plan,
+            "multinode_group": item.get("multinode_group"),
+            "ports": item.get("ports") or {},
+            "image_cuda": item.get("image_cuda"),
+            "feedback": item.get("feedback"),
+            "launch": launch,
+        }
+    if errors:
+        return {"records": records, "errors": errors}
+    try:
+        errors += checks.check_fleet(records, checks.image_compat_check if check_image else None)
+        errors += checks.check_machines(_machine_view(records, hosts), dict(lbs or {}))
+    except Exception as exc:
+        errors.append(_unexpected("fleet", "checking the fleet as a whole", exc))
+    return {"records": records, "errors": errors}
+
+
+def replan(record_input: Mapping[str, Any], host: str, engine_args: Mapping[str, Any]) -> dict[str, Any]:
+    """One host's record again with ``engine_args`` pinned over its inventory's (the auto-tune trials): the
+    same planner and layout, so a trial's values are validated exactly like inventory pins.
+
+    :returns: ``{"records": {host: record}, "errors": [...]}`` as :func:`fleet_launch`
+    """
+    item = dict(record_input)
+    options = dict(item.get("options") or {})
+    options["engine_args"] = {**dict(options.get("engine_args") or {}), **dict(engine_args)}
+    item["options"] = options
+    return fleet_launch({host: item}, check_image=False)
+
+
+def plans_json(records: Mapping[str, Mapping[str, Any]]) -> str:
+    """``artifacts/fleet-plan/plans.json``: the records, sorted, without ``feedback`` (an observation of the last
+    deploy, not part of the launch), so planning the same fleet twice writes the same bytes."""
+    clean = {host: {k: v for k, v in rec.items() if k != "feedback"} for host, rec in records.items()}
+    return json.dumps(clean, indent=4, sort_keys=True) + "\n"
+
+
+def with_feedback(records: Mapping[str, Mapping[str, Any]], feedback: Mapping[str, Any]) -> dict[str, Any]:
+    """The records with each host's latest plan feedback (deploy's last play), for the report's "observed"
+    column; hosts without new feedback keep theirs."""
+    out = {}
+    for host, rec in records.items():
+        new = feedback.get(host)
+        out[host] = {**rec, "feedback": new} if new is not None else dict(rec)
+    return out

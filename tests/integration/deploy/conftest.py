@@ -1,0 +1,161 @@
+"""The fleet lab: the real ``site.yml`` on an inventory of three vLLM hosts and a load balancer, as a user runs it.
+
+Three inventory hosts (vf-lab-a/b/c, local connections on this machine, distinct container names and ports
+18310-18312, traffic on 127.0.0.1) in the ``cpu_lane`` SKU group, a load-balancer host (vf-lab-lb, HAProxy on
+127.0.0.1:18300, stats 18301) and the API key in an ansible-vault file (group_vars/all/vault.yml, opened with
+--vault-password-file). Nothing sets ``vllm_serve_*`` plans or launch details by hand: preflight discovers the
+facts, plans and writes the launch records; every stage reads them.
+
+The lab is package-scoped: its first converge is made once and serves test_fleet_lab.py (authentication,
+records vs containers, second run, --check --diff, the secret) and test_rollout.py (rolling update and
+rollback under load), so the suite pays for three vLLM starts, not one set per test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+VENV = ROOT / ".venv" / "bin"
+MODEL_DIR = ROOT / ".cache" / "tiny-model"
+LB_PORT, STATS_PORT = 18300, 18301
+HOSTS = {"vf-lab-a": 18310, "vf-lab-b": 18311, "vf-lab-c": 18312}
+# vLLM's CPU worker binds its OpenMP threads to cores; on this 2-core machine each "host" gets one core, as a
+# real host has its own (without it every replica binds core 0 and a starting one barely runs).
+CORES = {"vf-lab-a": "1", "vf-lab-b": "0", "vf-lab-c": "1"}
+SERVED = "tiny-model"
+# Eager mode starts in ~1.5-2.5 min instead of ~5 (no inductor warm-up); eager needs fp16 on AMX CPUs
+# (docs/notes/cpu-kv-sizing.md section 9). Pinned the way a user pins: vllm_fleet_engine_args.
+ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "dtype": "float16"}
+API_KEY = "vf-lab-" + os.urandom(12).hex()
+VAULT_PASSWORD = "vf-lab-vault-" + os.urandom(6).hex()
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for line in out.split("PLAY RECAP")[-1].splitlines():
+        match = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if match:
+            counts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
+    return counts
+
+
+def docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def inspect(name: str) -> dict[str, Any]:
+    data: list[dict[str, Any]] = json.loads(docker("inspect", name))
+    return data[0]
+
+
+def containers() -> list[str]:
+    return sorted(docker("ps", "-a", "--filter", "name=^vf-lab-", "--format", "{{.Names}}").split())
+
+
+class Lab:
+    """The lab's inventory directory and how to run the product's playbooks on it."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.inventory = workdir / "inventory"
+        self.artifacts = workdir / "artifacts"
+        self.outputs: list[str] = []  # every run's stdout+stderr, for the secret check
+        self.first: subprocess.CompletedProcess[str] | None = None
+        self.first_seconds = 0.0
+        local = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV / "python")}
+        hosts = {name: dict(local, vllm_serve_port=port, vllm_serve_container_name=name,
+                            vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": CORES[name]})
+                 for name, port in HOSTS.items()}
+        inventory = {"all": {"children": {
+            "vllm_servers": {"hosts": hosts, "children": {"cpu_lane": {"hosts": {n: None for n in HOSTS}}}},
+            "vllm_lb": {"hosts": {"vf-lab-lb": dict(
+                local, vllm_lb_bind_address="127.0.0.1", vllm_lb_port=LB_PORT, vllm_lb_stats_port=STATS_PORT,
+                vllm_lb_config_dir=str(workdir / "lb"), vllm_lb_run_dir=str(workdir / "lb-run"),
+                vllm_lb_socket=str(workdir / "lb-run" / "admin.sock"), vllm_lb_service_manager="process")}},
+        }}}
+        (self.inventory / "group_vars" / "all").mkdir(parents=True)
+        (self.inventory / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+        policy = {
+            "vllm_fleet_model": str(MODEL_DIR),
+            "vllm_fleet_vllm_version": "0.32.0",
+            "vllm_fleet_engine_args": ENGINE_ARGS,
+            "vllm_fleet_artifacts_dir": str(self.artifacts),
+            "vllm_fleet_feedback_dir": str(workdir / "feedback"),
+            "vllm_serve_bind_address": "127.0.0.1",
+            "vllm_serve_advertise_address": "127.0.0.1",
+            "vllm_serve_served_model_name": SERVED,
+            "vllm_serve_config_dir": str(workdir / "serve"),
+            "vllm_serve_lb_host": "vf-lab-lb",
+            "vllm_serve_lb_socket": str(workdir / "lb-run" / "admin.sock"),
+            "vllm_serve_lb_stats_url": f"http://127.0.0.1:{STATS_PORT}/stats",
+            "vllm_serve_health_interval_s": 10,  # each probe is an Ansible module run: CPU the server needs
+            # A vLLM CPU start takes ~60 s on a quiet 2-core machine, minutes when the machine is shared.
+            "vllm_serve_health_timeout_s": 900,
+            "vllm_serve_drain_interval_s": 1,
+        }
+        (self.inventory / "group_vars" / "all" / "vllm_fleet.yml").write_text(yaml.safe_dump(policy))
+        # The secret, the way a user keeps it: an ansible-vault file next to the policy.
+        self.vault_pass = workdir / "vault-pass"
+        self.vault_pass.write_text(VAULT_PASSWORD + "\n")
+        vault = self.inventory / "group_vars" / "all" / "vault.yml"
+        vault.write_text(yaml.safe_dump({"vllm_fleet_api_key": API_KEY}))
+        subprocess.run([str(VENV / "ansible-vault"), "encrypt", "--vault-password-file", str(self.vault_pass),
+                        str(vault)], check=True, capture_output=True, text=True)
+        assert API_KEY not in vault.read_text()
+
+    def play(self, *extra: str, playbook: str = "site.yml", timeout: int = 2400) -> subprocess.CompletedProcess[str]:
+        cmd = [str(VENV / "ansible-playbook"), "-i", str(self.inventory), playbook,
+               "--vault-password-file", str(self.vault_pass), *extra]
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                   ANSIBLE_INTERNAL_POLL_INTERVAL="0.05", PATH=f"{VENV}:{os.environ['PATH']}")
+        env.pop("VLLM_FLEET_API_KEY", None)
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        self.outputs.append(result.stdout + result.stderr)
+        return result
+
+    def records(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.artifacts / "fleet-plan" / "plans.json").read_text())
+        return data
+
+    def engine_config(self, container: str) -> dict[str, Any]:
+        cfg: dict[str, Any] = yaml.safe_load((self.workdir / "serve" / f"{container}.yaml").read_text())
+        return cfg
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"ansible-playbook failed:\n{result.stdout[-8000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="package")
+def lab() -> Iterator[Lab]:
+    if not (MODEL_DIR / "config.json").exists() or not (ROOT / ".cache" / "vllm-image-ref").exists():
+        pytest.fail("the test bed is not up: run `make testbed` (needs .cache/vllm-image-ref and .cache/tiny-model)")
+    leftovers = containers()
+    assert not leftovers, f"containers from an earlier run are still there: {leftovers} (docker rm -f them)"
+    workdir = Path(tempfile.mkdtemp(prefix="vf-lab-", dir="/tmp"))  # short: the admin socket path is <108 chars
+    lab = Lab(workdir)
+    start = time.monotonic()
+    # A first deployment has nothing to drain: all three hosts start in one batch (one start time, not three).
+    lab.first = lab.play("-e", f"vllm_fleet_rollout_canary={len(HOSTS)}")
+    lab.first_seconds = time.monotonic() - start
+    yield lab
+    for name in containers():
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    pid = workdir / "lb-run" / "haproxy.pid"
+    if pid.exists():
+        subprocess.run(["pkill", "--pidfile", str(pid), "haproxy"], check=False)
+    shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,61 @@
+"""planner/engine_fields.py: the option names vLLM takes, as data keyed by release series."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import engine_fields as ef
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import rules
+
+ROOT = Path(__file__).resolve().parents[3]
+VLLM_SOURCE = next(iter(sorted((ROOT / ".cache/vllm-venv/lib").glob("python3*/site-packages/vllm"))), None)
+
+
+def test_the_planner_and_preflight_only_type_names_vllm_has() -> None:
+    """Every engine argument rules.py types (int, float, switch, choice) is one of vLLM 0.32's names."""
+    names = ef.engine_arg_names("0.32.0")
+    typed = {*rules.INT_ENGINE_ARGS, *rules.FLOAT_ENGINE_ARGS, *rules.BOOL_ENGINE_ARGS, *rules.CHOICE_ENGINE_ARGS,
+             "dtype", "kv_cache_dtype", "model"}
+    assert typed <= names, sorted(typed - names)
+    assert {"max_num_seqs", "enable_log_requests", "hf_token"} <= names
+    assert not {"max_num_seq", "swap_space", "api_key", "port", "_api_process_count", "model_weights"} & names
+    assert {"api_key", "port", "tool_call_parser", "headless", "config"} <= ef.serve_only_names("0.32.0")
+    assert not names & ef.serve_only_names("0.32.0")
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.32.4", "0.32", "0.40.1", "1.2.0", None, "garbage", ""])
+def test_unlisted_or_newer_versions_use_the_newest_list(version: str | None) -> None:
+    assert ef.engine_arg_names(version) is ef.ENGINE_ARG_NAMES["0.32"]
+    assert ef.serve_only_names(version) is ef.SERVE_ONLY_NAMES["0.32"]
+    assert ef.option_aliases(version)["tp"] == "tensor_parallel_size"
+    assert ef.covers(version)
+
+
+def test_older_releases_are_not_covered() -> None:
+    """A release before the oldest list had names since removed: preflight does not refuse unknown names there."""
+    assert not ef.covers("0.6.3.post1")
+    assert not ef.covers("0.31.9")
+
+
+def test_aliases_point_at_names() -> None:
+    every = ef.engine_arg_names() | ef.serve_only_names()
+    assert set(ef.option_aliases().values()) <= every
+
+
+@pytest.mark.skipif(VLLM_SOURCE is None, reason="no vLLM source under .cache/vllm-venv")
+def test_the_list_is_vllm_0_32_engine_args() -> None:
+    """The stored names are the EngineArgs/AsyncEngineArgs fields of the installed vLLM 0.32 (read with ast, not
+    imported), less the ones vllm serve has no option for."""
+    assert VLLM_SOURCE is not None
+    if not any(VLLM_SOURCE.parent.glob("vllm*-0.32.*.dist-info")):
+        pytest.skip("the installed vLLM is not 0.32")
+    tree = ast.parse((VLLM_SOURCE / "engine/arg_utils.py").read_text(encoding="utf-8"))
+    fields: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in ("EngineArgs", "AsyncEngineArgs"):
+            fields |= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    no_option = {"_api_process_count", "_api_process_rank", "model_weights", "mamba_config", "enable_mm_processor_stats"}
+    assert no_option <= fields
+    assert ef.engine_arg_names("0.32.0") == frozenset(fields - no_option)
