@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: site test venv collections testbed lint unit integration molecule bench clean
+.PHONY: site test venv collections testbed lint unit integration molecule resolve bench bench-fleet clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,7 +42,11 @@ unit: venv
 	$(BIN)/pytest tests/unit
 
 integration: venv testbed
-	$(BIN)/pytest tests/integration -m integration
+	$(BIN)/pytest tests/integration -m "integration and not resolve"
+
+# pip resolves every image row against the package index: network-bound, so it runs beside the other lanes.
+resolve: venv
+	$(BIN)/pytest tests/integration -m resolve
 
 molecule: venv testbed
 	@for s in $(MOLECULE_SCENARIOS); do echo "=== molecule test -s $$s"; $(BIN)/molecule test -s $$s || exit 1; done
@@ -50,10 +54,14 @@ molecule: venv testbed
 # Integration (real vLLM, Docker, Prometheus, HAProxy) and the molecule scenarios use separate ports and
 # container names, so they run side by side; each keeps its own output together (--output-sync).
 test: lint unit
-	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
+	$(MAKE) --no-print-directory -j3 --output-sync=target integration molecule resolve
 
 bench: venv
 	$(PY) scripts/bench_planner.py --hosts 10000
+
+# Preflight at fleet scale vs a bare one-task play over the same hosts (recorded facts, nothing contacted).
+bench-fleet: venv
+	$(PY) scripts/bench_fleet.py --hosts 100 1000 5000 --json artifacts/bench/fleet.json
 
 clean:
 	rm -rf $(VENV) collections .pytest_cache .mypy_cache .ruff_cache

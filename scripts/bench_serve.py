@@ -37,7 +37,11 @@ def main() -> int:
     p.add_argument("--warmups", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--result-dir", type=Path, required=True)
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="file holding the server's API key (vLLM's client sends OPENAI_API_KEY as the bearer token)")
     args = p.parse_args(argv)
+    if args.api_key_file is not None:
+        os.environ["OPENAI_API_KEY"] = args.api_key_file.read_text().strip()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 

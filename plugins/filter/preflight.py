@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import fleet as ff
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import planning as fp
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record as fl
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
@@ -106,6 +110,12 @@ def fleet_plans_json(records: Mapping[str, Any]) -> str:
     return fl.plans_json(_data(records))
 
 
+def fleet_report_files(records: Mapping[str, Any], pages: bool = True) -> dict[str, str]:
+    if not isinstance(records, Mapping):
+        raise AnsibleFilterError("fleet_report_files expects a dict host -> record")
+    return fl.report_files(_data(records), pages=bool(pages))
+
+
 def fleet_with_feedback(records: Mapping[str, Any], feedback: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(records, Mapping) or not isinstance(feedback, Mapping):
         raise AnsibleFilterError("fleet_with_feedback expects a dict host -> record and a dict host -> feedback")
@@ -130,6 +140,79 @@ def fleet_lb_inputs(names: Sequence[str], hostvars: Any, defaults: Mapping[str, 
         address = hv.get("ansible_host", name)
         out[str(name)] = {"address": str(address), "ports": ports}
     return out
+
+
+_HOST_VAR = re.compile(r"^(vllm|gpu)_")
+
+
+def _read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _host_state(name: str, hv: Any, recorded_dir: str | None, artifacts_dir: str) -> dict[str, Any]:
+    """One host's variables, groups, address and what the controller's disk says (model, facts, feedback)."""
+    names = [n for n in hv if _HOST_VAR.match(str(n))]
+    variables = {str(n): hv[n] for n in names}
+    try:
+        port_names = fc.port_variables(variables.get("vllm_fleet_port_variables"))
+    except ValueError:
+        port_names = []
+    for port_name in port_names:
+        if port_name not in variables and port_name in hv:
+            variables[port_name] = hv[port_name]
+    variables = _data(variables)
+    model = variables.get("vllm_fleet_model")
+    model_dir, exists = "", False
+    if isinstance(model, str) and model.strip():
+        path = os.path.realpath(os.path.expanduser(model))
+        exists = os.path.exists(path)
+        model_dir = os.path.dirname(path) if os.path.isfile(path) else path
+    elif isinstance(model, Mapping):
+        exists = True
+    facts: Any = None
+    facts_error = None
+    if recorded_dir:
+        path = os.path.join(os.path.realpath(os.path.expanduser(recorded_dir)), f"{name}.json")
+        if os.path.isfile(path):
+            try:
+                facts = validate_facts(_read_json(path), f"facts_file {path} (CONTRACT 1 GPU facts)")
+            except (OSError, ValueError, GpuFactsError) as exc:
+                facts_error = f"recorded facts {path}: {exc}"
+    else:
+        gathered = hv.get("ansible_facts", {})
+        facts = _data(gathered.get("gpu")) if isinstance(gathered, Mapping) else None
+        if facts is None:
+            facts_error = "no GPU facts: the discovery task did not run on this host"
+    feedback_dir = variables.get("vllm_fleet_feedback_dir") or os.path.join(artifacts_dir, "feedback")
+    feedback = None
+    feedback_path = os.path.join(str(feedback_dir), f"{name}.json")
+    if os.path.isfile(feedback_path):
+        try:
+            feedback = _read_json(feedback_path)
+        except (OSError, ValueError):
+            feedback = None
+    return {"vars": variables, "groups": [str(g) for g in hv["group_names"]], "facts": facts,
+            "facts_error": facts_error, "address": str(hv.get("ansible_host", name)), "model_dir": model_dir,
+            "model_exists": exists, "feedback": feedback}
+
+
+def fleet_preflight(names: Sequence[str], hostvars: Any, lb_names: Sequence[str] | None = None,
+                    lb_defaults: Mapping[str, Any] | None = None, recorded_dir: str | None = None,
+                    planning: bool = True, artifacts_dir: str = "artifacts", check_image: bool = True
+                    ) -> dict[str, Any]:
+    """The whole preflight after discovery, in one controller step (plugin_utils/preflight/fleet.py)."""
+    states = {}
+    for name in names or []:
+        try:
+            states[str(name)] = _host_state(str(name), hostvars[name], recorded_dir or None, str(artifacts_dir))
+        except Exception as exc:
+            return {"stage": "inputs", "errors": [f"{name}: preflight cannot read this host's variables: "
+                                                  f"{type(exc).__name__}: {exc}"],
+                    "warnings": [], "records": {}, "inputs": {}}
+    lbs = fleet_lb_inputs(list(lb_names or []), hostvars, lb_defaults)
+    return ff.fleet_preflight(states, recorded=bool(recorded_dir), planning=bool(planning), lbs=lbs,
+                              check_image=bool(check_image))
 
 
 def fleet_replan(host_input: Mapping[str, Any], host: str, engine_args: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,7 +264,9 @@ class FilterModule:
             "fleet_launch": fleet_launch,
             "fleet_replan": fleet_replan,
             "fleet_lb_inputs": fleet_lb_inputs,
+            "fleet_preflight": fleet_preflight,
             "fleet_plans_json": fleet_plans_json,
+            "fleet_report_files": fleet_report_files,
             "fleet_with_feedback": fleet_with_feedback,
             "fleet_report_html": fleet_report_html,
             "fleet_report_markdown": fleet_report_markdown,

@@ -14,6 +14,7 @@ from typing import Any
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     DEFAULT_SERVE_PORT,
     REMOVED_ENV_VARS,
+    rules_for,
 )
 
 from .tag import image_tag, inputs_digest
@@ -40,8 +41,18 @@ DEFAULT_ENV = {
     "cpu": {"VLLM_TARGET_DEVICE": "cpu", **_NO_TELEMETRY},
     "cuda": dict(_NO_TELEMETRY),
 }
-#: Variables vLLM no longer knows (planner/rules.py REMOVED_ENV): an image refuses to set them.
+#: Every variable some vLLM release no longer knows (planner/rules.py REMOVED_ENV). An image refuses the ones its
+#: own vLLM version dropped (``rules_for(version).removed_env``: the Ray variables 0.33 removed are fine for 0.32).
 REMOVED_ENV = frozenset(REMOVED_ENV_VARS)
+
+
+def removed_env_for(vllm_version: str) -> dict[str, str]:
+    """The variables vLLM ``vllm_version`` no longer knows → what to use instead (all of them for an unreadable
+    version)."""
+    try:
+        return {entry.name: entry.instead() for entry in rules_for(vllm_version).removed_env}
+    except ValueError:
+        return dict(REMOVED_ENV_VARS)
 
 
 class ImageBuildError(ValueError):
@@ -94,9 +105,10 @@ def build_plan(
     variant = str(profile["variant"])
     merged_env = dict(DEFAULT_ENV[variant])
     merged_env.update({str(k): str(v) for k, v in (env or {}).items()})
-    removed = sorted(REMOVED_ENV & merged_env.keys())
+    gone = removed_env_for(str(profile["vllm_version"]))
+    removed = sorted(gone.keys() & merged_env.keys())
     if removed:
-        instead = "; ".join(f"{name}: use {REMOVED_ENV_VARS[name]}" for name in removed)
+        instead = "; ".join(f"{name}: use {gone[name]}" for name in removed)
         raise ImageBuildError(
             f"{', '.join(removed)} no longer exist in vLLM {profile['vllm_version']}: remove them ({instead})"
         )

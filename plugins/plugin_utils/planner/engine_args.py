@@ -6,7 +6,7 @@ from typing import Any
 
 from .errors import PlanError, as_int
 from .model import ModelSpec
-from .rules import INT_ENGINE_ARGS, REMOVED_ENV_VARS, VersionRules
+from .rules import INT_ENGINE_ARGS, VersionRules
 
 ENGINE_ARG_ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size"}
 #: The integer engine args (dash form) → the least value the planner accepts: 1 ("must be positive"), or 0 where
@@ -51,12 +51,16 @@ def normalise_engine_args(engine_args: dict[str, Any] | None, rules: VersionRule
         if key in rules.removed_flags:
             raise PlanError(f"--{key} was removed from vLLM {rules.text} (serve exits 2 on it): "
                             f"use {rules.removed_flags[key]}")
+        if key in rules.not_yet_args:
+            raise PlanError(f"--{key} does not exist in vLLM {rules.text} (serve exits 2 on it): it is "
+                            f"{rules.not_yet_args[key]}; target that release or drop it")
         result[key] = _typed_value(key, value)
     return result
 
 
 def parse_extra_args(extra: list[str], rules: VersionRules) -> None:
-    """Refuse removed flags and removed VLLM_* variables in free-form extra args."""
+    """Refuse removed (or not yet added) flags and removed VLLM_* variables in free-form extra args."""
+    removed_env = {entry.name: entry.instead() for entry in rules.removed_env}
     for item in extra:
         text = str(item).strip()
         if text.startswith("--"):
@@ -64,9 +68,12 @@ def parse_extra_args(extra: list[str], rules: VersionRules) -> None:
             if flag in rules.removed_flags:
                 raise PlanError(f"extra arg --{flag} was removed from vLLM {rules.text}: "
                                 f"use {rules.removed_flags[flag]}")
+            if flag in rules.not_yet_args:
+                raise PlanError(f"extra arg --{flag} does not exist in vLLM {rules.text}: it is "
+                                f"{rules.not_yet_args[flag]}")
         name = text.split("=", 1)[0]
-        if name in REMOVED_ENV_VARS:
-            raise PlanError(f"{name} no longer exists in vLLM {rules.text}: use {REMOVED_ENV_VARS[name]}")
+        if name in removed_env:
+            raise PlanError(f"{name} no longer exists in vLLM {rules.text}: use {removed_env[name]}")
 
 
 def wanted_max_model_len(spec: ModelSpec, user: dict[str, Any], limit_note: str = "") -> int:

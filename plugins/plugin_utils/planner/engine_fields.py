@@ -124,11 +124,16 @@ _ALIASES_0_32: dict[str, str] = {
 }
 
 #: Release series → engine-argument names (snake_case). The newest series answers for any version not listed.
-ENGINE_ARG_NAMES: dict[str, frozenset[str]] = {"0.32": _ENGINE_ARGS_0_32}
+#: vLLM 0.33.0 (sdist, vllm/engine/arg_utils.py): none removed; new --monokernel, --sleep-mode-backend,
+#: --watchdog-config; the frontend adds --reasoning-effort-map. Derived from 0.32, not copied.
+_ENGINE_ARGS_0_33: frozenset[str] = _ENGINE_ARGS_0_32 | {"monokernel", "sleep_mode_backend", "watchdog_config"}
+_SERVE_ONLY_0_33: frozenset[str] = _SERVE_ONLY_0_32 | {"reasoning_effort_map"}
+
+ENGINE_ARG_NAMES: dict[str, frozenset[str]] = {"0.32": _ENGINE_ARGS_0_32, "0.33": _ENGINE_ARGS_0_33}
 #: Release series → ``vllm serve`` options that are not engine arguments (snake_case).
-SERVE_ONLY_NAMES: dict[str, frozenset[str]] = {"0.32": _SERVE_ONLY_0_32}
+SERVE_ONLY_NAMES: dict[str, frozenset[str]] = {"0.32": _SERVE_ONLY_0_32, "0.33": _SERVE_ONLY_0_33}
 #: Release series → option aliases (snake_case, without dashes) → the name they stand for.
-OPTION_ALIASES: dict[str, dict[str, str]] = {"0.32": _ALIASES_0_32}
+OPTION_ALIASES: dict[str, dict[str, str]] = {"0.32": _ALIASES_0_32, "0.33": _ALIASES_0_32}
 
 
 def _series(version: str | None, table: Mapping[str, object]) -> str:

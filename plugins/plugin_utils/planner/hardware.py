@@ -2,7 +2,8 @@
 
 Pure data and lookups (standard library only, no I/O). Every figure names where it comes from:
 NVIDIA datasheets and real ``nvidia-smi`` captures for memory; vLLM 0.32 source for the backend and
-quantization tables (see ``docs/sizing.md``).
+quantization tables, unchanged in 0.33 (every ``get_min_capability`` returns the same; the CUDA backend
+priority only gained a sparse-MLA FA4 entry) (see ``docs/sizing.md``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ GIB = 1024 * MIB
 
 @dataclass(frozen=True)
 class GpuSku:
-    """One accelerator model as nvidia-smi names it."""
+    """One accelerator model as nvidia-smi names it.
+
+    ``interconnect`` is the class of the usual board: ``nvswitch`` (every GPU of the host on one NVSwitch fabric),
+    ``nvlink`` (NVLink bridges or a mesh between ``nvlink_domain`` GPUs), ``pcie`` (no NVLink), or ``single`` (one
+    GPU per host or superchip; more GPUs meet over the network).
+    """
 
     key: str
     pattern: str  # regular expression matched (case-insensitive) against the nvidia-smi name
@@ -24,35 +30,63 @@ class GpuSku:
     compute_capability: str
     nvlink_domain: int  # GPUs one NVLink/NVSwitch domain spans on the usual board (1 = PCIe only)
     family: str
+    bandwidth_gbs: int = 0  # peak memory bandwidth, GB/s (datasheet)
+    interconnect: str = "pcie"
+    shares_host_memory: bool = False  # unified memory: the host OS and vLLM draw on the same pool
 
 
-# memory_mib: the value nvidia-smi prints (real captures where we have them: H200 143771 MiB from
-# tests/fixtures/gpu/h200x2; the others from published nvidia-smi output of those SKUs).
+# memory_mib: the value nvidia-smi prints. Real captures where we have them (H200 143771 MiB from
+# tests/fixtures/gpu/h200x2); the others from published `nvidia-smi --query-gpu=name,memory.total` output of
+# those SKUs (B300 "NVIDIA B300 SXM6 AC" 275040, GB200 189471, GB300 284208, RTX 5090 32607, RTX 4090 24564,
+# RTX PRO 6000 Blackwell 97887, H800 81559, L20 46068, A30 24576 MiB; modal-labs/modal-client PR #2797 lists
+# H100 81559, A100 81920/40960, A10 23028, L40S 46068, L4 23034, T4 15360). GB10: nvidia-smi prints [N/A]
+# (unified memory, docs.nvidia.com/dgx/dgx-spark/known-issues.html); the figure is what CUDA reports, 121.69 GiB.
+# bandwidth_gbs and compute capability: NVIDIA datasheets and developer.nvidia.com/cuda-gpus (B200/GB200 8 TB/s,
+# B300/GB300 8 TB/s, H200 4.8 TB/s, H100 SXM 3.35 TB/s, H100 NVL 3.9 TB/s, H100 PCIe 2 TB/s, H20 4.0 TB/s,
+# H800 3.35 TB/s, A100 80GB 2.0 TB/s, A100 40GB 1.6 TB/s, A30 933 GB/s, A40 696 GB/s, A10/A10G 600 GB/s, L40S/L40/L20
+# 864 GB/s, L4 300 GB/s, T4 320 GB/s, RTX PRO 6000 Blackwell 1792 GB/s, RTX 6000 Ada 960 GB/s, GeForce RTX 5090
+# 1792 GB/s, 4090 1008 GB/s, GB10 273 GB/s LPDDR5X). Order matters only where one pattern contains another
+# (H100 NVL / PCIe before H100, H200 NVL before H200, A100 80GB before A100).
 GPU_CATALOGUE: tuple[GpuSku, ...] = (
-    GpuSku("B200", r"\bB200\b", 183359, "10.0", 8, "blackwell"),
-    GpuSku("H200", r"\bH200\b", 143771, "9.0", 8, "hopper"),
-    GpuSku("H100-NVL", r"\bH100 NVL\b", 95830, "9.0", 2, "hopper"),
-    GpuSku("H100-PCIE", r"\bH100 PCIe\b", 81559, "9.0", 1, "hopper"),
-    GpuSku("H100-SXM", r"\bH100\b", 81559, "9.0", 8, "hopper"),
-    GpuSku("H20", r"\bH20\b", 97871, "9.0", 8, "hopper"),
-    GpuSku("GH200", r"\bGH200\b", 97871, "9.0", 1, "hopper"),
-    GpuSku("A100-80", r"\bA100\b.*80\s*GB", 81920, "8.0", 8, "ampere"),
-    GpuSku("A100-40", r"\bA100\b", 40960, "8.0", 8, "ampere"),
-    GpuSku("A800-80", r"\bA800\b", 81920, "8.0", 8, "ampere"),
-    GpuSku("L40S", r"\bL40S\b", 46068, "8.9", 1, "ada"),
-    GpuSku("L40", r"\bL40\b", 46068, "8.9", 1, "ada"),
-    GpuSku("L4", r"\bL4\b", 23034, "8.9", 1, "ada"),
-    GpuSku("A10G", r"\bA10G\b", 23028, "8.6", 1, "ampere"),
-    GpuSku("A10", r"\bA10\b", 23028, "8.6", 1, "ampere"),
-    GpuSku("A40", r"\bA40\b", 46068, "8.6", 2, "ampere"),
-    GpuSku("RTX6000ADA", r"RTX 6000 Ada", 49140, "8.9", 1, "ada"),
-    GpuSku("RTX4090", r"RTX 4090", 24564, "8.9", 1, "ada"),
-    GpuSku("RTX4080", r"RTX 4080", 16376, "8.9", 1, "ada"),
-    GpuSku("RTX3090", r"RTX 3090", 24576, "8.6", 2, "ampere"),
-    GpuSku("T4", r"\bT4\b", 15360, "7.5", 1, "turing"),
-    GpuSku("V100-32", r"\bV100\b.*32\s*GB", 32768, "7.0", 8, "volta"),
-    GpuSku("V100", r"\bV100\b", 16384, "7.0", 8, "volta"),
-    GpuSku("GTX1080", r"GTX 1080", 8192, "6.1", 1, "pascal"),
+    # Blackwell (cc 10.x data center, 12.x workstation/consumer)
+    GpuSku("B200", r"\bB200\b", 183359, "10.0", 8, "blackwell", 8000, "nvswitch"),
+    GpuSku("B300", r"\bB300\b", 275040, "10.3", 8, "blackwell", 8000, "nvswitch"),
+    GpuSku("GB200", r"\bGB200\b", 189471, "10.0", 4, "blackwell", 8000, "nvswitch"),  # NVL72: 4 GPUs a tray
+    GpuSku("GB300", r"\bGB300\b", 284208, "10.3", 4, "blackwell", 8000, "nvswitch"),
+    GpuSku("GB10", r"\bGB10\b", 124610, "12.1", 1, "blackwell", 273, "single", shares_host_memory=True),
+    GpuSku("RTXPRO6000BW", r"RTX PRO 6000 Blackwell", 97887, "12.0", 1, "blackwell", 1792, "pcie"),
+    GpuSku("RTX5090", r"RTX 5090", 32607, "12.0", 1, "blackwell", 1792, "pcie"),
+    # Hopper (cc 9.0)
+    GpuSku("H200-NVL", r"\bH200 NVL\b", 143771, "9.0", 4, "hopper", 4800, "nvlink"),
+    GpuSku("H200", r"\bH200\b", 143771, "9.0", 8, "hopper", 4800, "nvswitch"),
+    GpuSku("H100-NVL", r"\bH100 NVL\b", 95830, "9.0", 2, "hopper", 3900, "nvlink"),
+    GpuSku("H100-PCIE", r"\bH100 PCIe\b", 81559, "9.0", 1, "hopper", 2000, "pcie"),
+    GpuSku("H100-SXM", r"\bH100\b", 81559, "9.0", 8, "hopper", 3350, "nvswitch"),
+    GpuSku("H800", r"\bH800\b", 81559, "9.0", 8, "hopper", 3350, "nvswitch"),
+    GpuSku("H20", r"\bH20\b", 97871, "9.0", 8, "hopper", 4000, "nvswitch"),
+    GpuSku("GH200", r"\bGH200\b", 97871, "9.0", 1, "hopper", 4000, "single"),
+    # Ampere (cc 8.0 / 8.6)
+    GpuSku("A100-80", r"\bA100\b.*80\s*GB", 81920, "8.0", 8, "ampere", 2039, "nvswitch"),
+    GpuSku("A100-40", r"\bA100\b", 40960, "8.0", 8, "ampere", 1555, "nvswitch"),
+    GpuSku("A800-80", r"\bA800\b", 81920, "8.0", 8, "ampere", 2039, "nvswitch"),
+    GpuSku("A30", r"\bA30\b", 24576, "8.0", 2, "ampere", 933, "nvlink"),
+    GpuSku("A40", r"\bA40\b", 46068, "8.6", 2, "ampere", 696, "nvlink"),
+    GpuSku("A10G", r"\bA10G\b", 23028, "8.6", 1, "ampere", 600, "pcie"),
+    GpuSku("A10", r"\bA10\b", 23028, "8.6", 1, "ampere", 600, "pcie"),
+    GpuSku("RTX3090", r"RTX 3090", 24576, "8.6", 2, "ampere", 936, "nvlink"),
+    # Ada Lovelace (cc 8.9)
+    GpuSku("L40S", r"\bL40S\b", 46068, "8.9", 1, "ada", 864, "pcie"),
+    GpuSku("L40", r"\bL40\b", 46068, "8.9", 1, "ada", 864, "pcie"),
+    GpuSku("L20", r"\bL20\b", 46068, "8.9", 1, "ada", 864, "pcie"),
+    GpuSku("L4", r"\bL4\b", 23034, "8.9", 1, "ada", 300, "pcie"),
+    GpuSku("RTX6000ADA", r"RTX 6000 Ada", 49140, "8.9", 1, "ada", 960, "pcie"),
+    GpuSku("RTX4090", r"RTX 4090", 24564, "8.9", 1, "ada", 1008, "pcie"),
+    GpuSku("RTX4080", r"RTX 4080", 16376, "8.9", 1, "ada", 717, "pcie"),
+    # Older (below vLLM's cc 7.5 floor except T4: planned only for old vLLM releases)
+    GpuSku("T4", r"\bT4\b", 15360, "7.5", 1, "turing", 320, "pcie"),
+    GpuSku("V100-32", r"\bV100\b.*32\s*GB", 32768, "7.0", 8, "volta", 900, "nvlink"),
+    GpuSku("V100", r"\bV100\b", 16384, "7.0", 8, "volta", 900, "nvlink"),
+    GpuSku("GTX1080", r"GTX 1080", 8192, "6.1", 1, "pascal", 320, "pcie"),
 )
 
 
@@ -81,6 +115,10 @@ def cc_int(cc: str) -> int:
 # CUDA context 528.8 MiB; NCCL communicator for 2 ranks 1643 - 693 - 4 = ~946 MiB per GPU.
 CUDA_CONTEXT_MIB = 530
 NCCL_COMMUNICATOR_MIB = 950
+# cuBLAS/cuBLASLt handles and workspaces: the same capture measures 692.8 - 528.8 - 98 (torch tensors) = 66 MiB
+# after the first matmul; the calibration logs put vLLM's non-torch figure at ~60 MiB on one GPU. vLLM < 0.33
+# creates them inside the budget (profile run), 0.33 before its snapshot (rules.VersionRules.cublas_outside_budget).
+CUBLAS_HANDLES_MIB = 60
 
 # --- Attention backends (vLLM 0.32 platforms/cuda.py priority; v1/attention/backends/*) ----------
 

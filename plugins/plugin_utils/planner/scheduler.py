@@ -43,8 +43,13 @@ def _max_num_seqs(ctx: PlanInputs, defaults: SchedulerDefaults, kv_tokens_estima
     if seqs >= 16:
         seqs -= seqs % CUDA_GRAPH_SIZE_STEP  # align with CUDA-graph capture sizes
     return seqs, (f"{prof.name}: KV holds ~{fit} requests of {per_request} tokens; capped at {cap} "
-                  f"({'latency' if prof.goal == 'latency' else prof.goal} profile, vLLM default "
-                  f"{defaults.max_num_seqs} for this GPU)")
+                  f"({'latency' if prof.goal == 'latency' else prof.goal} profile, vLLM {ctx.rules.series} default "
+                  f"{defaults.max_num_seqs} for this GPU{_tier_note(defaults)})")
+
+
+def _tier_note(defaults: SchedulerDefaults) -> str:
+    """``; small tier: vLLM keeps cc 12.1 on it`` when vLLM keeps a large GPU on the small tier (GB10, 0.33)."""
+    return f"; {defaults.tier}" if defaults.tier.startswith("small") else ""
 
 
 def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: Gpu | None, seqs: int,
@@ -56,7 +61,8 @@ def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: G
     if prof.goal == "latency":
         tokens = max(2048, min(8192, defaults.max_num_batched_tokens))
         reason = (f"{prof.name}: {tokens}-token prefill chunks keep decode steps short "
-                  f"(p99 target {prof.p99_latency_ms} ms) with chunked prefill on")
+                  f"(p99 target {prof.p99_latency_ms} ms) with chunked prefill on; vLLM {ctx.rules.series} default "
+                  f"{defaults.max_num_batched_tokens} for this GPU{_tier_note(defaults)}")
     elif prof.goal == "throughput":
         tokens = max(8192, defaults.max_num_batched_tokens * 2)
         reason = f"{prof.name}: large steps ({tokens} tokens) raise throughput; latency target is loose"
@@ -73,7 +79,8 @@ def schedule(ctx: PlanInputs, gpu: Gpu | None, kv_tokens_estimate: int, max_mode
              world: int) -> Schedule:
     """max_num_seqs and max_num_batched_tokens from the profile and the predicted KV capacity."""
     defaults = _defaults(gpu.name if gpu else None, gpu.memory_mib / 1024 if gpu else None,
-                          world if gpu is None else 1, ctx.policy.offline)
+                          world if gpu is None else 1, ctx.policy.offline,
+                          gpu.compute_capability if gpu else None, ctx.rules.small_tier_capabilities)
     seqs, seqs_reason = _max_num_seqs(ctx, defaults, kv_tokens_estimate)
     tokens, tokens_reason = _max_num_batched_tokens(ctx, defaults, gpu, seqs, max_model_len)
     return Schedule(max_num_seqs=seqs, max_num_batched_tokens=tokens, seqs_reason=seqs_reason,

@@ -29,13 +29,13 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch imp
     launch_record,
     launch_settings,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks, report
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.planning import (
     plan_options,
     try_plan,
 )
 
-__all__ = ["fleet_launch", "host_input", "plans_json", "replan", "with_feedback"]
+__all__ = ["fleet_launch", "host_input", "plans_json", "replan", "report_files", "with_feedback"]
 
 def _unexpected(host: str, what: str, exc: BaseException) -> str:
     return (f"{host}: preflight failed unexpectedly while {what}: {type(exc).__name__}: {exc} "
@@ -225,3 +225,15 @@ def with_feedback(records: Mapping[str, Mapping[str, Any]], feedback: Mapping[st
         new = feedback.get(host)
         out[host] = {**rec, "feedback": new} if new is not None else dict(rec)
     return out
+
+
+def report_files(records: Mapping[str, Mapping[str, Any]], *, pages: bool = True) -> dict[str, str]:
+    """Every file preflight writes under ``artifacts/fleet-plan/``, rendered in one call (written by one task):
+    ``plans.json`` always; with ``pages`` the HTML page, the Markdown and one memory chart per host."""
+    files = {"plans.json": plans_json(records)}
+    if pages:
+        files["index.html"] = report.render_html(records)
+        files["README.md"] = report.render_markdown(records)
+        for host, rec in records.items():
+            files[f"memory/{host}.svg"] = report.memory_svg(host, rec.get("plan") or {}) + "\n"
+    return files

@@ -13,6 +13,11 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+    NEWEST_VERIFIED_VERSION,
+    rules_for,
+)
+
 #: Memory components drawn in the bar, in order, with their colours and labels (CONTRACT 2 memory_gib).
 SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("weights", "#4e79a7", "weights"),
@@ -133,6 +138,29 @@ def observed_cell(feedback: Any) -> str:
     return "; ".join(cells)
 
 
+def unverified_hosts(records: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """vLLM version → the hosts whose plan targets it, for versions newer than the newest verified release (planned
+    with that release's rules: the planner's first warning says so)."""
+    found: dict[str, list[str]] = {}
+    for host in sorted(records):
+        version = str((records[host].get("plan") or {}).get("vllm_version") or "")
+        try:
+            unverified = bool(version) and rules_for(version).unverified
+        except ValueError:
+            continue
+        if unverified:
+            found.setdefault(version, []).append(host)
+    return found
+
+
+def unverified_lines(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One loud line per unverified version ([] when every plan targets a verified release)."""
+    return [f"UNVERIFIED vLLM {version} on {', '.join(hosts)}: planned with {NEWEST_VERIFIED_VERSION}'s rules, "
+            "which this release may no longer follow; check its release notes or add its rules "
+            "(docs/vllm-versions.md) before deploying"
+            for version, hosts in unverified_hosts(records).items()]
+
+
 def _row_data(host: str, rec: Mapping[str, Any]) -> dict[str, Any]:
     plan = rec.get("plan") or {}
     facts = rec.get("facts") or {}
@@ -143,6 +171,7 @@ def _row_data(host: str, rec: Mapping[str, Any]) -> dict[str, Any]:
         "sku": rec.get("sku") or "",
         "gpus": _gpus(facts),
         "device": plan.get("device", ""),
+        "vllm": str(plan.get("vllm_version") or "–"),
         "tp": par.get("tensor_parallel_size", 1),
         "pp": par.get("pipeline_parallel_size", 1),
         "nodes": par.get("nodes", 1),
@@ -190,6 +219,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .legend span{display:inline-block;margin-right:12px;font-size:12px}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}
 .warn{color:#a05a00}
+.unverified{background:#b00020;color:#fff;font-weight:bold;padding:8px 10px;margin:0.6em 0}
 section.host{margin-top:1.2em}
 """
 
@@ -208,10 +238,11 @@ def render_html(records: Mapping[str, Mapping[str, Any]], title: str = "vllm-fle
         f"{sum(1 for r in rows if r['device'] == 'cuda')} GPU, "
         f"{sum(1 for r in rows if r['device'] == 'cpu')} CPU lane. Hover a flag for its reason; "
         "reasons and warnings are listed per host below.</p>",
+        *(f'<p class="unverified" id="unverified">{esc(line)}</p>' for line in unverified_lines(records)),
         '<div class="legend">' + "".join(
             f'<span><i style="background:{c}"></i>{esc(label)}</span>' for _, c, label in SEGMENTS)
         + '<span><i style="background:#000;width:2px"></i>budget</span></div>',
-        '<table id="fleet"><thead><tr><th>Host</th><th>SKU</th><th>GPUs</th><th>Parallel</th><th>Flags</th>'
+        '<table id="fleet"><thead><tr><th>Host</th><th>SKU</th><th>GPUs</th><th>vLLM</th><th>Parallel</th><th>Flags</th>'
         "<th>KV tokens</th>" + ("<th>Observed KV tokens (error)</th>" if observed else "")
         + "<th>Max concurrency</th><th>Max model len</th><th>Memory per GPU (GiB)</th>"
         "</tr></thead><tbody>",
@@ -229,7 +260,8 @@ def render_html(records: Mapping[str, Mapping[str, Any]], title: str = "vllm-fle
             parallel += f", {row['replicas']} replicas"
         out.append(
             f'<tr id="host-{esc(host)}"><td><a href="#detail-{esc(host)}">{esc(host)}</a></td>'
-            f"<td>{esc(row['sku'])}</td><td>{esc(row['gpus'])}</td><td>{parallel}</td><td>{flags}</td>"
+            f"<td>{esc(row['sku'])}</td><td>{esc(row['gpus'])}</td><td>{esc(row['vllm'])}</td><td>{parallel}</td>"
+            f"<td>{flags}</td>"
             f'<td class="num">{_fmt_int(row["kv_tokens"])}</td>'
             + (f'<td class="num">{esc(row["observed"] or "–")}</td>' if observed else "")
             + f'<td class="num">{_fmt_float(row["concurrency"])}</td>'
@@ -259,14 +291,16 @@ def render_markdown(records: Mapping[str, Mapping[str, Any]], title: str = "vllm
     """The fleet plan as Markdown; charts are referenced as ``<svg_dir>/<host>.svg`` (written alongside)."""
     rows = [_row_data(h, records[h]) for h in sorted(records)]
     observed = any(r["observed"] is not None for r in rows)
-    out = [f"# {title}", "",
-           "| Host | SKU | GPUs | TP x PP (nodes) | KV tokens | " + ("Observed KV tokens (error) | " if observed else "")
-           + "Max concurrency | Max model len | Memory |",
-           "|---|---|---|---|---:|" + ("---:|" if observed else "") + "---:|---:|---|"]
+    out = [f"# {title}", ""]
+    out += [f"> **{_md(line)}**\n" for line in unverified_lines(records)]
+    out += ["| Host | SKU | GPUs | vLLM | TP x PP (nodes) | KV tokens | "
+            + ("Observed KV tokens (error) | " if observed else "") + "Max concurrency | Max model len | Memory |",
+            "|---|---|---|---|---|---:|" + ("---:|" if observed else "") + "---:|---:|---|"]
     for r in rows:
         obs_cell = f" {_md(r['observed'] or '–')} |" if observed else ""
         out.append(
-            f"| {_md(r['host'])} | {_md(r['sku'])} | {_md(r['gpus'])} | {r['tp']} x {r['pp']} ({r['nodes']}) "
+            f"| {_md(r['host'])} | {_md(r['sku'])} | {_md(r['gpus'])} | {_md(r['vllm'])} "
+            f"| {r['tp']} x {r['pp']} ({r['nodes']}) "
             f"| {_fmt_int(r['kv_tokens'])} |{obs_cell} {_fmt_float(r['concurrency'])} | {_fmt_int(r['max_model_len'])} "
             f"| ![memory of {_md(r['host'])}]({svg_dir}/{r['host']}.svg) |"
         )
@@ -280,12 +314,15 @@ def render_markdown(records: Mapping[str, Mapping[str, Any]], title: str = "vllm
 
 
 def summary_lines(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """A short fixed-width table for the end of the play."""
-    header = ("host", "sku", "gpus", "tp x pp", "kv tokens", "conc")
+    """A short fixed-width table for the end of the play (one row per host), then one ``!!`` line per vLLM version
+    newer than the newest verified release (its hosts are marked ``!`` in the table)."""
+    header = ("host", "sku", "gpus", "vllm", "tp x pp", "kv tokens", "conc")
     rows = [header]
+    flagged = {h for hosts in unverified_hosts(records).values() for h in hosts}
     for h in sorted(records):
         r = _row_data(h, records[h])
-        rows.append((h, r["sku"], r["gpus"], f"{r['tp']}x{r['pp']}", _fmt_int(r["kv_tokens"]),
-                     _fmt_float(r["concurrency"])))
+        rows.append((h, r["sku"], r["gpus"], r["vllm"] + (" !" if h in flagged else ""), f"{r['tp']}x{r['pp']}",
+                     _fmt_int(r["kv_tokens"]), _fmt_float(r["concurrency"])))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    table = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return table + [f"!! {line}" for line in unverified_lines(records)]

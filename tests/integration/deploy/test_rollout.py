@@ -34,7 +34,10 @@ CANARY = next(iter(HOSTS))
 class Load:
     """Steady completions through the load balancer: threads, stdlib http.client, one connection per request."""
 
-    def __init__(self, workers: int = 2, pause_s: float = 0.05) -> None:
+    # One client, a request every ~0.25 s: steady traffic through every server, light enough that the two
+    # replicas serving it leave this 2-core machine's CPU to the third one while it starts (three "hosts" share
+    # two cores here; a saturating load starves the starting replica for many minutes).
+    def __init__(self, workers: int = 1, pause_s: float = 0.25) -> None:
         self.workers, self.pause_s = workers, pause_s
         self.stop_event = threading.Event()
         self.lock = threading.Lock()

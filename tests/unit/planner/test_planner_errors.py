@@ -33,7 +33,7 @@ L4 = {"gpu_name": "NVIDIA L4", "gpu_count": 1}
         ("h200x2", "tiny-llama", {"profile": "realtime"}, r"unknown profile 'realtime'"),
         ("a100_80gb_mig", "tiny-llama", {}, r"MIG"),
         ({"gpu_name": "Acme Accelerator 9000", "gpu_count": 1}, "tiny-llama", {}, r"unknown GPU.*--gpu-memory-mib"),
-        ({"gpu_name": "Tesla V100-SXM2-32GB", "gpu_count": 1}, "tiny-llama", {}, r"below vLLM 0\.32\.0's floor of 7\.5"),
+        ({"gpu_name": "Tesla V100-SXM2-32GB", "gpu_count": 1}, "tiny-llama", {}, r"below vLLM 0\.33\.0's floor of 7\.5"),
         ("h200x2", "tiny-llama", {"engine_args": {"gpu_memory_utilization": 0.999}, "policy": {"co_located_mib": 40000}},
          r"use at most 0\.\d+"),
         ("h200x2", "tiny-llama", {"policy": {"colocated": 1}}, r"unknown policy key"),

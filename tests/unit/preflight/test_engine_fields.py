@@ -25,10 +25,12 @@ def test_the_planner_and_preflight_only_type_names_vllm_has() -> None:
     assert not names & ef.serve_only_names("0.32.0")
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.32.4", "0.32", "0.40.1", "1.2.0", None, "garbage", ""])
-def test_unlisted_or_newer_versions_use_the_newest_list(version: str | None) -> None:
-    assert ef.engine_arg_names(version) is ef.ENGINE_ARG_NAMES["0.32"]
-    assert ef.serve_only_names(version) is ef.SERVE_ONLY_NAMES["0.32"]
+@pytest.mark.parametrize(("version", "series"), [("0.32.0", "0.32"), ("0.32.4", "0.32"), ("0.32", "0.32"),
+                                                 ("0.33.0", "0.33"), ("0.40.1", "0.33"), ("1.2.0", "0.33"),
+                                                 (None, "0.33"), ("garbage", "0.33"), ("", "0.33")])
+def test_unlisted_or_newer_versions_use_the_newest_list(version: str | None, series: str) -> None:
+    assert ef.engine_arg_names(version) is ef.ENGINE_ARG_NAMES[series]
+    assert ef.serve_only_names(version) is ef.SERVE_ONLY_NAMES[series]
     assert ef.option_aliases(version)["tp"] == "tensor_parallel_size"
     assert ef.covers(version)
 
@@ -59,3 +61,13 @@ def test_the_list_is_vllm_0_32_engine_args() -> None:
     no_option = {"_api_process_count", "_api_process_rank", "model_weights", "mamba_config", "enable_mm_processor_stats"}
     assert no_option <= fields
     assert ef.engine_arg_names("0.32.0") == frozenset(fields - no_option)
+
+
+def test_033_adds_its_new_options_and_keeps_every_032_name() -> None:
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import engine_fields
+
+    old, new = engine_fields.engine_arg_names("0.32.0"), engine_fields.engine_arg_names("0.33.0")
+    assert new - old == {"monokernel", "sleep_mode_backend", "watchdog_config"} and old <= new
+    assert "monokernel" not in old
+    assert engine_fields.serve_only_names("0.33.0") - engine_fields.serve_only_names("0.32.0") == {
+        "reasoning_effort_map"}

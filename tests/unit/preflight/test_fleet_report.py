@@ -107,11 +107,33 @@ def test_markdown_references_svgs(records: dict[str, dict[str, Any]]) -> None:
 
 def test_summary_lines_aligned(records: dict[str, dict[str, Any]]) -> None:
     lines = fr.summary_lines(records)
-    assert lines[0].split()[:2] == ["host", "sku"]
+    assert len(lines) == 3  # header + one row per host; no warning line when every version is verified
+    assert lines[0].split()[:4] == ["host", "sku", "gpus", "vllm"]
     assert lines[1].startswith("h200-01") and "2x NVIDIA H200" in lines[1]
     assert "CPU lane" in lines[2]
     col = lines[0].index("sku")
     assert all(line[col - 2:col] == "  " for line in lines)
+
+
+def test_unverified_version_is_loud_in_every_view(records: dict[str, dict[str, Any]]) -> None:
+    """A plan past the newest verified vLLM: a banner in the page and the Markdown, a flagged row and a !! line in
+    the preflight summary (the plan's own warning is listed with the host's reasons too)."""
+    records["h200-01"]["plan"]["vllm_version"] = "0.99.0"
+    records["h200-01"]["plan"]["warnings"] = ["UNVERIFIED: vLLM 0.99.0 is newer than 0.33.0, ..."]
+    lines = fr.summary_lines(records)
+    assert "0.99.0 !" in lines[1]
+    assert lines[-1].startswith("!! UNVERIFIED vLLM 0.99.0 on h200-01: planned with 0.33.0's rules")
+    page = fr.render_html(records)
+    parser = _Collector()
+    parser.feed(page)
+    assert any(t == "p" and a.get("id") == "unverified" for t, a in parser.tags)
+    assert page.index('id="unverified"') < page.index('id="fleet"')  # above the table
+    assert "UNVERIFIED: vLLM 0.99.0 is newer than 0.33.0" in page      # and in the host's warnings
+    md = fr.render_markdown(records)
+    assert md.splitlines()[2].startswith("> **UNVERIFIED vLLM 0.99.0 on h200-01")
+    assert fr.unverified_hosts(records) == {"0.99.0": ["h200-01"]}
+    records["h200-01"]["plan"]["vllm_version"] = "0.33.0"
+    assert fr.unverified_lines(records) == [] and 'id="unverified"' not in fr.render_html(records)
 
 
 def test_deterministic(records: dict[str, dict[str, Any]]) -> None:

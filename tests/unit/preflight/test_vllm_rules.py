@@ -42,8 +42,8 @@ def test_one_removed_table_gives_every_spelling() -> None:
     assert (entry.name, entry.key, entry.flag) == ("worker_use_ray", "worker-use-ray", "--worker-use-ray")
     assert rules.rules_for("0.32.0").removed_flags["worker-use-ray"] == "--distributed-executor-backend ray"
     assert entry.replacement("args") == "distributed_executor_backend: ray"
-    engine = args_errors({"worker_use_ray": True})
-    flag = fc.check_extra_args("h1", ["--worker-use-ray"])
+    engine = args_errors({"worker_use_ray": True}, "0.32.0")
+    flag = fc.check_extra_args("h1", ["--worker-use-ray"], vllm_version="0.32.0")
     assert engine == ["h1: vllm_fleet_engine_args.worker_use_ray is not a vLLM 0.32 engine argument: "
                       "use distributed_executor_backend: ray"]
     assert flag == ["h1: vllm_fleet_extra_args has --worker-use-ray, which vLLM 0.32 rejects (exit 2, unrecognized "
@@ -51,9 +51,12 @@ def test_one_removed_table_gives_every_spelling() -> None:
 
 
 def test_ignored_flag_is_not_called_rejected() -> None:
-    flag = fc.check_extra_args("h1", ["--max-parallel-loading-workers=4"])
+    flag = fc.check_extra_args("h1", ["--max-parallel-loading-workers=4"], vllm_version="0.32.0")
     assert flag and "which vLLM 0.32 accepts but ignores: drop it" in flag[0] and "exit 2" not in flag[0]
-    assert "accepted but ignored by vLLM 0.32" in args_errors({"max_parallel_loading_workers": 4})[0]
+    assert "accepted but ignored by vLLM 0.32" in args_errors({"max_parallel_loading_workers": 4}, "0.32.0")[0]
+    # 0.33 parses --mamba-cache-mode, warns it is deprecated and does nothing (engine/arg_utils.py:462-465)
+    assert args_errors({"mamba_cache_mode": "align"}, "0.32.0") == []
+    assert "accepted but ignored by vLLM 0.33" in args_errors({"mamba_cache_mode": "align"}, "0.33.0")[0]
 
 
 def test_removed_names_follow_the_target_version() -> None:
@@ -75,7 +78,11 @@ def test_unset_or_bad_version_uses_the_default_rules() -> None:
 
 
 def test_removed_env_comes_from_the_planner_rules() -> None:
-    errors = fc.check_env("h1", {name: "1" for name in rules.REMOVED_ENV_VARS})
+    """Each variable from the release that removed it: 0.33 dropped the Ray compiled-DAG knobs, 0.32 still has them."""
+    every = {name: "1" for name in rules.REMOVED_ENV_VARS}
+    assert "h1: vllm_fleet_env.VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE is unknown to vLLM 0.33: drop it (removed in " \
+        "vLLM 0.33 with the Ray compiled DAG)" in fc.check_env("h1", every, vllm_version="0.33.0")
+    errors = fc.check_env("h1", every, vllm_version="0.32.0")
     assert errors == [
         "h1: vllm_fleet_env.VLLM_ATTENTION_BACKEND is unknown to vLLM 0.32: "
         "use vllm_fleet_engine_args.attention_backend: NAME",

@@ -1,0 +1,127 @@
+# Copyright: (c) 2026, vllm-fleet contributors
+# Apache-2.0 (see galaxy.yml)
+"""Preflight for the whole fleet in one call: validate every host, check its facts, plan and lay it out.
+
+``playbooks/preflight.yml`` contacts hosts only to discover their GPUs (the read-only gpu_facts module, or no
+contact at all with recorded facts); everything else is this one controller step, so planning 1,000 hosts
+costs one task, not a dozen per host. The stages run in order and stop at the first that finds an error, as
+the per-host tasks did, with the same one-line messages naming the host:
+
+1. inputs — ``checks.check_host_inputs`` and ``check_ports`` per host, the model path, the recorded facts file;
+2. facts — the file's content (CONTRACT 1), ``check_facts_shape`` and ``check_sku_match``;
+3. multi-node groups from facts — ``check_multinode_facts``;
+4. the launch records — ``record.fleet_launch`` (plan memoised on identical inputs, layout, fleet checks).
+
+Pure: what comes from disk (model paths that exist, recorded facts, last deploy's feedback) is read by the
+filter (plugins/filter/preflight.py) and passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+    fleet_launch,
+    host_input,
+)
+
+__all__ = ["HostState", "fleet_preflight"]
+
+#: One host as the filter hands it over:
+#: ``{"vars": {name: value} (vllm_* / gpu_* and the port variables), "groups": [group names],
+#:    "address": ansible_host or the name, "model_dir": realpath of the model or "", "model_exists": bool,
+#:    "facts": CONTRACT 1 or None, "facts_error": one line or None, "feedback": last deploy's or None}``
+HostState = Mapping[str, Any]
+
+
+def _sku(groups: list[str]) -> str:
+    skus = checks.sku_groups(groups)
+    return skus[0] if skus else ""
+
+
+def _ports(variables: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        names = checks.port_variables(variables.get("vllm_fleet_port_variables"))
+    except ValueError:
+        return {}  # check_host_inputs reports the bad list
+    return checks.port_map({name: variables.get(name) for name in names})
+
+
+def fleet_preflight(
+    hosts: Mapping[str, HostState],
+    *,
+    recorded: bool,
+    planning: bool,
+    lbs: Mapping[str, Mapping[str, Any]] | None = None,
+    check_image: bool = True,
+) -> dict[str, Any]:
+    """Validate, check facts, plan and lay out every host.
+
+    :param hosts: :data:`HostState` per host, in inventory order
+    :param recorded: facts come from recorded files (``vllm_fleet_recorded_facts_dir``), not discovery
+    :param planning: the run only plans (preflight.yml alone): a missing API key is a warning
+    :returns: ``{"stage", "errors", "warnings", "records", "inputs"}``; ``stage`` is the stage that failed
+        (``inputs``, ``facts``, ``multinode``, ``plan``) or ``ok``; ``inputs`` are the hosts'
+        :func:`record.host_input` (what auto-tune re-plans from)
+    """
+    errors: list[str] = []
+    warnings: list[str] = []
+    for host, state in hosts.items():
+        variables = dict(state.get("vars") or {})
+        groups = [str(g) for g in state.get("groups") or []]
+        try:
+            errors += checks.check_host_inputs(host, variables, groups, planning=planning)
+            errors += checks.check_ports(host, _ports(variables))
+            warnings += checks.host_warnings(host, variables, planning=planning)
+        except Exception as exc:
+            errors.append(f"{host}: preflight failed unexpectedly while checking its variables: "
+                          f"{type(exc).__name__}: {exc}")
+            continue
+        model = variables.get("vllm_fleet_model")
+        if isinstance(model, str) and model.strip() and not state.get("model_exists"):
+            errors.append(f"{host}: model path {model} does not exist on the controller: set vllm_fleet_model "
+                          "to a model directory or its config.json")
+        if recorded and state.get("facts") is None and not state.get("facts_error"):
+            directory = variables.get("vllm_fleet_recorded_facts_dir")
+            errors.append(f"{host}: no recorded GPU facts at {directory}/{host}.json: record them with the "
+                          "gpu_facts module, or unset vllm_fleet_recorded_facts_dir to discover them")
+    result: dict[str, Any] = {"stage": "inputs", "errors": errors, "warnings": warnings, "records": {},
+                              "inputs": {}}
+    if errors:
+        return result
+
+    records: dict[str, dict[str, Any]] = {}
+    for host, state in hosts.items():
+        variables = state.get("vars") or {}
+        if state.get("facts_error"):
+            errors.append(f"{host}: {state['facts_error']}")
+            continue
+        facts = state.get("facts")
+        found = checks.check_facts_shape(host, facts)
+        if not found:
+            found = checks.check_sku_match(host, dict(facts or {}), _sku(list(state.get("groups") or [])),
+                                           variables.get("vllm_fleet_sku_match"))
+        errors += found
+        records[host] = {"sku": _sku(list(state.get("groups") or [])), "facts": facts,
+                         "multinode_group": variables.get("vllm_fleet_multinode_group") or None}
+    if errors:
+        result["stage"] = "facts"
+        return result
+
+    errors += checks.check_multinode_facts(records)
+    if errors:
+        result["stage"] = "multinode"
+        return result
+
+    inputs = {}
+    for host, state in hosts.items():
+        variables = dict(state.get("vars") or {})
+        inputs[host] = host_input(variables, host, sku=records[host]["sku"], facts=records[host]["facts"],
+                                  address=str(state.get("address") or host), model_dir=str(state.get("model_dir") or ""),
+                                  ports=_ports(variables), feedback=state.get("feedback"))
+    launched = fleet_launch(inputs, lbs, check_image=check_image)
+    result.update(stage="plan" if launched["errors"] else "ok", errors=launched["errors"],
+                  records=launched["records"], inputs=inputs)
+    return result

@@ -1,0 +1,95 @@
+"""Preflight for the whole fleet in one call (preflight/fleet.py): stages in order, one line per problem."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.fleet import fleet_preflight
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+    plans_json,
+    report_files,
+    with_feedback,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "inventories" / "example"
+FACTS = {name: json.loads((EXAMPLE / "recorded_facts" / f"{name}.json").read_text())
+         for name in ("h200-01", "t4-01", "h100-01", "h100-02")}
+MODEL = str(EXAMPLE / "models" / "llama-3.1-8b")
+KEY = "sk-fleet-unit-key-9a8b7c"
+
+
+def _state(name: str, facts_name: str, groups: list[str], **variables: Any) -> dict[str, Any]:
+    base = {"vllm_fleet_model": MODEL, "vllm_fleet_vllm_version": "0.32.0", "vllm_fleet_api_key": KEY,
+            "vllm_fleet_recorded_facts_dir": "/facts"}
+    base.update(variables)
+    return {"vars": base, "groups": ["vllm_servers", *groups], "address": f"{name}.example.invalid",
+            "model_dir": MODEL, "model_exists": True, "facts": copy.deepcopy(FACTS[facts_name]),
+            "facts_error": None, "feedback": None}
+
+
+def test_a_good_fleet_is_planned_whole_and_no_secret_is_kept() -> None:
+    hosts = {"a": _state("a", "h200-01", ["gpu_h200"]),
+             "b": _state("b", "t4-01", ["gpu_t4"], vllm_fleet_model=str(EXAMPLE / "models" / "llama-3.2-1b"))}
+    result = fleet_preflight(hosts, recorded=True, planning=True)
+    assert result["stage"] == "ok" and result["errors"] == [], result["errors"]
+    assert sorted(result["records"]) == ["a", "b"] and sorted(result["inputs"]) == ["a", "b"]
+    assert KEY not in json.dumps(result)
+    assert result["records"]["a"]["launch"]["secret_env_names"] == ["VLLM_API_KEY"]
+
+
+def test_input_errors_stop_before_facts_and_plans() -> None:
+    hosts = {"a": _state("a", "h200-01", ["gpu_h200"], vllm_fleet_engine_args={"max_num_seq": 8}),
+             "b": _state("b", "t4-01", [])}
+    hosts["b"]["model_exists"] = False
+    result = fleet_preflight(hosts, recorded=True, planning=True)
+    assert result["stage"] == "inputs" and result["records"] == {}
+    text = " | ".join(result["errors"])
+    assert "a: " in text and "max_num_seq" in text and "max_num_seqs" in text
+    assert "b: is in no SKU group" in text
+    assert "b: model path" in text and "does not exist on the controller" in text
+
+
+def test_missing_key_is_an_error_when_deploying_and_a_warning_when_planning() -> None:
+    hosts = {"a": _state("a", "h200-01", ["gpu_h200"], vllm_fleet_api_key="")}
+    deploying = fleet_preflight(hosts, recorded=True, planning=False)
+    assert any("a: the API-key secret" in e for e in deploying["errors"])
+    planning = fleet_preflight(hosts, recorded=True, planning=True)
+    assert planning["errors"] == [] and any("a: " in w for w in planning["warnings"])
+
+
+def test_facts_errors_name_the_host() -> None:
+    missing = _state("a", "h200-01", ["gpu_h200"])
+    missing["facts"] = None
+    broken = _state("b", "t4-01", ["gpu_t4"])
+    broken["facts"], broken["facts_error"] = None, "recorded facts /facts/b.json: gpu_count is 2 but 1 GPUs are listed"
+    wrong_sku = _state("c", "t4-01", ["gpu_h200"], vllm_fleet_sku_match="H200")
+    result = fleet_preflight({"a": missing}, recorded=True, planning=True)
+    assert result["stage"] == "inputs" and result["errors"][0].startswith("a: no recorded GPU facts at /facts/a.json")
+    result = fleet_preflight({"b": broken, "c": wrong_sku}, recorded=True, planning=True)
+    assert result["stage"] == "facts"
+    assert result["errors"][0] == "b: recorded facts /facts/b.json: gpu_count is 2 but 1 GPUs are listed"
+    assert result["errors"][1].startswith("c: ")
+
+
+def test_plan_errors_come_back_per_host() -> None:
+    hosts = {"a": _state("a", "t4-01", ["gpu_t4"], vllm_fleet_engine_args={"dtype": "bfloat16"})}
+    result = fleet_preflight(hosts, recorded=True, planning=True)
+    assert result["stage"] == "plan"
+    assert result["errors"][0].startswith("a: --dtype bfloat16 needs compute capability 8.0+")
+
+
+def test_report_files_are_one_rendering_and_plans_json_has_no_feedback() -> None:
+    hosts = {"a": _state("a", "h200-01", ["gpu_h200"])}
+    records = fleet_preflight(hosts, recorded=True, planning=True)["records"]
+    fed = with_feedback(records, {"a": {"status": "ok", "replicas": []}})
+    assert fed["a"]["feedback"] == {"status": "ok", "replicas": []}
+    assert "feedback" not in json.loads(plans_json(fed))["a"]
+    assert plans_json(fed) == plans_json(records)
+    files = report_files(records)
+    assert sorted(files) == ["README.md", "index.html", "memory/a.svg", "plans.json"]
+    assert files["memory/a.svg"].startswith("<svg")
+    assert list(report_files(records, pages=False)) == ["plans.json"]
