@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: site test venv collections testbed lint unit integration molecule resolve bench bench-fleet clean
+.PHONY: site test venv collections testbed testbed-site lint unit integration molecule resolve bench bench-fleet clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,7 +29,12 @@ collections:
 testbed: venv
 	bash scripts/testbed/up.sh
 
-site: venv testbed
+# What site.yml needs and nothing more: the Docker engine, the debootstrap base image, the generated model and
+# the cpu image (built by playbooks/image.yml with the wheelhouse cached); no host vLLM venv, registry or browser.
+testbed-site: venv
+	bash scripts/testbed/up.sh 10 20 40 50
+
+site: venv testbed-site
 	$(BIN)/ansible-playbook site.yml
 
 lint: venv
@@ -51,8 +56,9 @@ resolve: venv
 molecule: venv testbed
 	@for s in $(MOLECULE_SCENARIOS); do echo "=== molecule test -s $$s"; $(BIN)/molecule test -s $$s || exit 1; done
 
-# Integration (real vLLM, Docker, Prometheus, HAProxy) and the molecule scenarios use separate ports and
-# container names, so they run side by side; each keeps its own output together (--output-sync).
+# Integration (real vLLM, Docker, Prometheus, HAProxy), the molecule scenarios and the network-bound image
+# resolve test use separate ports and container names, so they run side by side; each keeps its own output
+# together (--output-sync).
 test: lint unit
 	$(MAKE) --no-print-directory -j3 --output-sync=target integration molecule resolve
 

@@ -32,9 +32,11 @@ VENV = ROOT / ".venv" / "bin"
 MODEL_DIR = ROOT / ".cache" / "tiny-model"
 LB_PORT, STATS_PORT = 18300, 18301
 HOSTS = {"vf-lab-a": 18310, "vf-lab-b": 18311, "vf-lab-c": 18312}
-# vLLM's CPU worker binds its OpenMP threads to cores; on this 2-core machine each "host" gets one core, as a
-# real host has its own (without it every replica binds core 0 and a starting one barely runs).
-CORES = {"vf-lab-a": "1", "vf-lab-b": "0", "vf-lab-c": "1"}
+# vLLM's CPU worker binds its OpenMP threads to a core (without a binding every replica takes core 0), and
+# while it serves it busy-polls for a second after each request. Three "hosts" share this machine's two
+# cores: the canary (a) gets core 1 to itself, b and c share core 0 and restart together in the rollout's
+# second batch, so a starting replica never shares its core with one that is serving.
+CORES = {"vf-lab-a": "1", "vf-lab-b": "0", "vf-lab-c": "0"}
 SERVED = "tiny-model"
 # Eager mode starts in ~1.5-2.5 min instead of ~5 (no inductor warm-up); eager needs fp16 on AMX CPUs
 # (docs/notes/cpu-kv-sizing.md section 9). Pinned the way a user pins: vllm_fleet_engine_args.

@@ -34,10 +34,10 @@ CANARY = next(iter(HOSTS))
 class Load:
     """Steady completions through the load balancer: threads, stdlib http.client, one connection per request."""
 
-    # One client, a request every ~0.25 s: steady traffic through every server, light enough that the two
-    # replicas serving it leave this 2-core machine's CPU to the third one while it starts (three "hosts" share
-    # two cores here; a saturating load starves the starting replica for many minutes).
-    def __init__(self, workers: int = 1, pause_s: float = 0.25) -> None:
+    # One client, about a request a second: steady traffic through every server, light enough that the
+    # replicas serving it leave this 2-core machine's CPU to the one that starts (a vLLM CPU worker busy-polls
+    # for a second after each request; a saturating load starves a starting replica for many minutes).
+    def __init__(self, workers: int = 1, pause_s: float = 1.0) -> None:
         self.workers, self.pause_s = workers, pause_s
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
