@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, vllm-fleet contributors
 # Apache-2.0 (see galaxy.yml)
-"""Write a set of text files under one directory in one task (the fleet plan report, one chart per host)."""
+"""Documentation of the fleet_files action (plugins/action/fleet_files.py): many text files in one task."""
 
 from __future__ import annotations
 
@@ -66,17 +66,12 @@ changed_files:
   sample: [README.md]
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 
-def _inside(base, path):
-    full = os.path.realpath(os.path.join(base, path))
-    return full if full == base or full.startswith(base + os.sep) else None
-
-
 def main():
+    """The work is done by the action plugin of the same name (plugins/action/fleet_files.py), on the controller;
+    Ansible never runs this module while that action exists. Reached directly, it says so."""
     module = AnsibleModule(
         argument_spec={
             "dest": {"type": "path", "required": True},
@@ -85,35 +80,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    base = os.path.realpath(module.params["dest"])
-    mode = int(module.params["mode"], 8)
-    changed = []
-    for rel in sorted(module.params["files"]):
-        content = module.params["files"][rel]
-        if not isinstance(content, str):
-            module.fail_json(msg=f"fleet_files: the content of {rel} must be text")
-        full = _inside(base, rel)
-        if full is None:
-            module.fail_json(msg=f"fleet_files: {rel} is outside {base}")
-        data = content.encode("utf-8")
-        try:
-            with open(full, "rb") as handle:
-                same = handle.read() == data
-        except OSError:
-            same = False
-        if same:
-            continue
-        changed.append(rel)
-        if module.check_mode:
-            continue
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        tmp = f"{full}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, full)
-    diff = {"before": "", "after": "".join(f"{rel}\n" for rel in changed)}
-    module.exit_json(changed=bool(changed), changed_files=changed, diff=diff)
+    module.fail_json(msg="fleet_files runs as an action on the controller (plugins/action/fleet_files.py)")
 
 
 if __name__ == "__main__":

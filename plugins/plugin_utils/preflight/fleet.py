@@ -25,6 +25,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
     fleet_launch,
     host_input,
+    unexpected,
 )
 
 __all__ = ["HostState", "fleet_preflight"]
@@ -76,8 +77,7 @@ def fleet_preflight(
             errors += checks.check_ports(host, _ports(variables))
             warnings += checks.host_warnings(host, variables, planning=planning)
         except Exception as exc:
-            errors.append(f"{host}: preflight failed unexpectedly while checking its variables: "
-                          f"{type(exc).__name__}: {exc}")
+            errors.append(unexpected(host, "checking its variables", exc))
             continue
         model = variables.get("vllm_fleet_model")
         if isinstance(model, str) and model.strip() and not state.get("model_exists"):

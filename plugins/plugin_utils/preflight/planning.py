@@ -34,9 +34,16 @@ def plan_options(variables: Mapping[str, Any], records: Mapping[str, Any] | None
     group = (records or {}).get(host, {}).get("multinode_group") if records else None
     if group:
         size = sum(1 for rec in (records or {}).values() if rec.get("multinode_group") == group)
-        policy = dict(opts.get("policy") or {})
-        policy.setdefault("max_nodes", size)
-        opts["policy"] = policy
+        opts = with_group_size(opts, size)
+    return opts
+
+
+def with_group_size(options: Mapping[str, Any], size: int) -> dict[str, Any]:
+    """``options`` with ``policy.max_nodes`` = the multi-node group's ``size`` unless the policy sets it."""
+    opts = dict(options)
+    policy = dict(opts.get("policy") or {})
+    policy.setdefault("max_nodes", size)
+    opts["policy"] = policy
     return opts
 
 

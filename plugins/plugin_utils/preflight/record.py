@@ -33,11 +33,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.planning import (
     plan_options,
     try_plan,
+    with_group_size,
 )
 
-__all__ = ["fleet_launch", "host_input", "plans_json", "replan", "report_files", "with_feedback"]
+__all__ = ["fleet_launch", "host_input", "plans_json", "replan", "report_files", "unexpected", "with_feedback"]
 
-def _unexpected(host: str, what: str, exc: BaseException) -> str:
+def unexpected(host: str, what: str, exc: BaseException) -> str:
     return (f"{host}: preflight failed unexpectedly while {what}: {type(exc).__name__}: {exc} "
             "(an input vllm-fleet does not expect; check this host's variables and facts)")
 
@@ -143,9 +144,7 @@ def fleet_launch(
             options = dict(item.get("options") or {})
             group = item.get("multinode_group")
             if group:
-                policy = dict(options.get("policy") or {})
-                policy.setdefault("max_nodes", len(groups[str(group)]))
-                options["policy"] = policy
+                options = with_group_size(options, len(groups[str(group)]))
             key = _memo_key(item.get("facts"), item.get("model"), options)
             if key not in memo:
                 memo[key] = try_plan(item.get("facts"), item.get("model"), "{host}", options)
@@ -155,7 +154,7 @@ def fleet_launch(
                 continue
             plans[host] = answer["plan"]
         except Exception as exc:
-            errors.append(_unexpected(host, "planning", exc))
+            errors.append(unexpected(host, "planning", exc))
     for host, plan in plans.items():
         item = hosts[host]
         try:
@@ -175,7 +174,7 @@ def fleet_launch(
             errors.append(f"{host}: cannot lay out the plan: {exc}")
             continue
         except Exception as exc:
-            errors.append(_unexpected(host, "laying out its replicas", exc))
+            errors.append(unexpected(host, "laying out its replicas", exc))
             continue
         records[host] = {
             "sku": item.get("sku"),
@@ -193,7 +192,7 @@ def fleet_launch(
         errors += checks.check_fleet(records, checks.image_compat_check if check_image else None)
         errors += checks.check_machines(_machine_view(records, hosts), dict(lbs or {}))
     except Exception as exc:
-        errors.append(_unexpected("fleet", "checking the fleet as a whole", exc))
+        errors.append(unexpected("fleet", "checking the fleet as a whole", exc))
     return {"records": records, "errors": errors}
 
 
