@@ -1,10 +1,11 @@
-#!/usr/bin/env python3
 """Fleet-scale benchmark: preflight on N-host inventories next to a bare one-task play (Ansible's own floor).
 
 For each N it builds an inventory of N hosts from the example fleet's recorded facts (the example's five hosts
 repeated, each copy with its own GPU UUIDs, multi-node pairs kept as pairs), then times
 
 - ``playbooks/preflight.yml`` planning every host from recorded facts (no host contacted), and
+- the same preflight as ``site.yml`` runs it (``__vllm_fleet_deploying: true``: every host is handed its launch
+  record) followed by one per-host task that reads ``vllm_fleet_launch`` (the first task of a later stage), and
 - a bare play with one ``ansible.builtin.debug`` task over the same hosts,
 
 and prints both wall times, their ratio and the peak resident memory of each ansible-playbook run (its
@@ -38,6 +39,22 @@ BARE_PLAY = """---
     - name: Bare | One task
       ansible.builtin.debug:
         msg: "{{ inventory_hostname }}"
+      changed_when: false
+"""
+
+DEPLOY_PATH = """---
+- name: Preflight as site.yml imports it
+  ansible.builtin.import_playbook: {preflight}
+  vars:
+    __vllm_fleet_deploying: true
+
+- name: Bench | the first task of a later stage reads each host's launch record
+  hosts: vllm_servers
+  gather_facts: false
+  tasks:
+    - name: Bench | One task
+      ansible.builtin.debug:
+        msg: "{{{{ inventory_hostname }}}}: {{{{ vllm_fleet_launch.replicas | length }}}} replica(s)"
       changed_when: false
 """
 
@@ -79,7 +96,7 @@ def build(workdir: Path, n_hosts: int) -> Path:
 
 
 def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (KiB, largest process), output tail."""
+    """Wall seconds, peak RSS (KiB, largest process), the output."""
     start = time.monotonic()
     wrapped = ["/usr/bin/time", "-f", "%M", *cmd] if Path("/usr/bin/time").exists() else cmd
     proc = subprocess.run(wrapped, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
@@ -90,7 +107,7 @@ def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
     if wrapped is not cmd:
         last = proc.stderr.strip().splitlines()[-1]
         peak = int(last) if last.isdigit() else 0
-    return wall, peak, proc.stdout[-2000:]
+    return wall, peak, proc.stdout
 
 
 def main() -> int:
@@ -101,8 +118,8 @@ def main() -> int:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                PATH=f"{VENV}:{os.environ['PATH']}", VLLM_FLEET_API_KEY="bench-fleet-key-0123456789")
     rows = []
-    print(f"{'hosts':>6}  {'preflight s':>11}  {'bare play s':>11}  {'ratio':>5}  {'preflight MiB':>13}  "
-          f"{'bare MiB':>8}")
+    print(f"{'hosts':>6}  {'preflight s':>11}  {'site path s':>11}  {'bare play s':>11}  {'ratio':>5}  "
+          f"{'site ratio':>10}  {'preflight MiB':>13}  {'site MiB':>8}  {'bare MiB':>8}")
     for n_hosts in args.hosts:
         with tempfile.TemporaryDirectory(prefix="vf-bench-fleet-") as tmp:
             work = Path(tmp)
@@ -110,18 +127,26 @@ def main() -> int:
             bare = work / "bare.yml"
             bare.write_text(BARE_PLAY)
             actual = sum(1 for f in (work / "facts").iterdir())
-            pre_s, pre_kib, _ = run([str(VENV / "ansible-playbook"), "-i", str(inv / "hosts.yml"),
-                                     os.environ.get("BENCH_PREFLIGHT", "playbooks/preflight.yml"), "-e", f"vllm_fleet_recorded_facts_dir={work / 'facts'}",
-                                     "-e", f"vllm_fleet_artifacts_dir={work / 'artifacts'}"], env)
+            pre_s, pre_kib, _out = run([str(VENV / "ansible-playbook"), "-i", str(inv / "hosts.yml"),
+                                        os.environ.get("BENCH_PREFLIGHT", "playbooks/preflight.yml"), "-e", f"vllm_fleet_recorded_facts_dir={work / 'facts'}",
+                                        "-e", f"vllm_fleet_artifacts_dir={work / 'artifacts'}"], env)
             plans = json.loads((work / "artifacts" / "fleet-plan" / "plans.json").read_text())
             assert len(plans) == actual, (len(plans), actual)
-            bare_s, bare_kib, _ = run([str(VENV / "ansible-playbook"), "-i", str(inv / "hosts.yml"), str(bare)], env)
-        row = {"hosts": actual, "preflight_s": round(pre_s, 1), "bare_s": round(bare_s, 1),
-               "ratio": round(pre_s / bare_s, 2), "preflight_peak_mib": round(pre_kib / 1024),
+            site = work / "site-path.yml"
+            site.write_text(DEPLOY_PATH.format(preflight=ROOT / "playbooks" / "preflight.yml"))
+            site_s, site_kib, site_out = run([str(VENV / "ansible-playbook"), "-i", str(inv / "hosts.yml"), str(site),
+                                              "-e", f"vllm_fleet_recorded_facts_dir={work / 'facts'}",
+                                              "-e", f"vllm_fleet_artifacts_dir={work / 'artifacts'}"], env)
+            assert site_out.count("replica(s)") == actual, site_out[-3000:]
+            bare_s, bare_kib, _out = run([str(VENV / "ansible-playbook"), "-i", str(inv / "hosts.yml"), str(bare)], env)
+        row = {"hosts": actual, "preflight_s": round(pre_s, 1), "site_path_s": round(site_s, 1),
+               "bare_s": round(bare_s, 1), "ratio": round(pre_s / bare_s, 2), "site_ratio": round(site_s / bare_s, 2),
+               "preflight_peak_mib": round(pre_kib / 1024), "site_peak_mib": round(site_kib / 1024),
                "bare_peak_mib": round(bare_kib / 1024)}
         rows.append(row)
-        print(f"{row['hosts']:>6}  {row['preflight_s']:>11}  {row['bare_s']:>11}  {row['ratio']:>5}  "
-              f"{row['preflight_peak_mib']:>13}  {row['bare_peak_mib']:>8}", flush=True)
+        print(f"{row['hosts']:>6}  {row['preflight_s']:>11}  {row['site_path_s']:>11}  {row['bare_s']:>11}  "
+              f"{row['ratio']:>5}  {row['site_ratio']:>10}  {row['preflight_peak_mib']:>13}  {row['site_peak_mib']:>8}  "
+              f"{row['bare_peak_mib']:>8}", flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -110,6 +110,12 @@ def fleet_plans_json(records: Mapping[str, Any]) -> str:
     return fl.plans_json(_data(records))
 
 
+def fleet_host_files(result: Mapping[str, Any]) -> dict[str, str]:
+    if not isinstance(result, Mapping):
+        raise AnsibleFilterError("fleet_host_files expects the result of fleet_preflight")
+    return fl.host_files(_data(result))
+
+
 def fleet_report_files(records: Mapping[str, Any], pages: bool = True) -> dict[str, str]:
     if not isinstance(records, Mapping):
         raise AnsibleFilterError("fleet_report_files expects a dict host -> record")
@@ -256,6 +262,7 @@ class FilterModule:
             "fleet_errors": fleet_errors,
             "fleet_multinode_errors": fleet_multinode_errors,
             "fleet_sku_groups": fleet_sku_groups,
+            "fleet_host_files": fleet_host_files,
             "fleet_port_map": fleet_port_map,
             "fleet_port_variables": fleet_port_variables,
             "fleet_plan_options": fleet_plan_options,

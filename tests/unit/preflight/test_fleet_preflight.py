@@ -9,6 +9,7 @@ from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.fleet import fleet_preflight
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+    host_files,
     plans_json,
     report_files,
     with_feedback,
@@ -93,3 +94,22 @@ def test_report_files_are_one_rendering_and_plans_json_has_no_feedback() -> None
     assert sorted(files) == ["README.md", "index.html", "memory/a.svg", "plans.json"]
     assert files["memory/a.svg"].startswith("<svg")
     assert list(report_files(records, pages=False)) == ["plans.json"]
+
+
+def test_host_files_hold_each_hosts_record_and_no_secret() -> None:
+    """What each host loads with include_vars after the fleet step: its own record, as the variables later stages
+    read, deterministic, and without the API key's value."""
+    hosts = {"a": _state("a", "h200-01", ["gpu_h200"]), "b": _state("b", "h200-01", ["gpu_h200"])}
+    for gpu in hosts["b"]["facts"]["gpus"]:
+        gpu["uuid"] = gpu["uuid"][:-4] + "beef"
+    result = fleet_preflight(hosts, recorded=True, planning=False)
+    assert result["errors"] == []
+    files = host_files(result)
+    assert sorted(files) == ["hosts/a.json", "hosts/b.json"]
+    loaded = json.loads(files["hosts/b.json"])
+    assert sorted(loaded) == ["__vllm_fleet_input", "vllm_fleet_facts", "vllm_fleet_launch", "vllm_fleet_plan"]
+    assert loaded["vllm_fleet_launch"] == result["records"]["b"]["launch"]
+    assert loaded["vllm_fleet_plan"] == result["records"]["b"]["plan"]
+    assert loaded["__vllm_fleet_input"]["secret_names"] == ["VLLM_API_KEY"]
+    assert all(KEY not in text for text in files.values())
+    assert host_files(result) == files
