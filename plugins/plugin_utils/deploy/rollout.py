@@ -18,6 +18,7 @@ __all__ = [
     "health_gate",
     "metric_sum",
     "retries_for",
+    "rollout_outcome",
     "serial_batches",
 ]
 
@@ -155,6 +156,37 @@ def serial_batches(n_hosts: int, canary: int = 1, batch: int | str = "50%") -> l
         batches.append(step)
         left -= step
     return batches
+
+
+def rollout_outcome(batches: list[int], failing: set[int] | frozenset[int], max_fail_percentage: float = 0
+                    ) -> dict[str, Any]:
+    """What a ``serial`` rollout does when the hosts at positions ``failing`` fail its gate, as ansible-core's
+    linear strategy decides it (``plugins/strategy/linear.py``, ``executor/playbook_executor.py``, 2.19):
+
+    - after each task, the play stops when ``failed / batch_size > max_fail_percentage / 100``, where ``failed``
+      counts the hosts of this batch that failed (the task queue manager clears its list at each batch): the rest
+      of the batch is marked failed and no later batch starts;
+    - a batch in which every host failed stops the play too (whatever the percentage).
+
+    :param batches: the ``serial`` list (:func:`serial_batches`)
+    :param failing: 0-based positions, in rollout order, of the hosts whose gate fails
+    :param max_fail_percentage: the play's ``max_fail_percentage``
+    :returns: ``{"stopped_in_batch": index or None, "completed": hosts that finished, "failed": hosts that
+        failed or were marked failed, "not_started": hosts of later batches}``
+    """
+    if not 0 <= max_fail_percentage <= 100:
+        raise RolloutError(f"max_fail_percentage must be in [0, 100], got {max_fail_percentage!r}")
+    start = failed = completed = 0
+    total = sum(batches)
+    for index, size in enumerate(batches):
+        here = sum(1 for position in failing if start <= position < start + size)
+        failed += here
+        if here and (here / size > max_fail_percentage / 100 or here == size):
+            return {"stopped_in_batch": index, "completed": completed, "failed": failed + (size - here),
+                    "not_started": total - start - size}
+        completed += size - here
+        start += size
+    return {"stopped_in_batch": None, "completed": completed, "failed": failed, "not_started": 0}
 
 
 _SAMPLE = re.compile(

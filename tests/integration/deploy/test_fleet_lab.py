@@ -16,6 +16,7 @@ import csv
 import http.client
 import io
 import json
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -81,15 +82,17 @@ def test_site_converges_the_fleet(lab: Lab) -> None:
         (replica,) = report["replicas"]
         assert replica["observed"]["kv_cache_tokens"] == records[host]["plan"]["prediction"]["kv_cache_tokens"]
         assert f"{host}: plan feedback ok" in out
+        # The health gate's wait reads as progress (replica_wait), not as a retry per probe.
+        assert re.search(rf"^{host}: \S+ ready after \d+ s \(\d+ probes\)$", out, flags=re.M), out[-3000:]
     _figure("first_converge", {"hosts": len(HOSTS), "seconds": round(lab.first_seconds), "recap": counts})
 
 
 def test_the_key_is_required_through_the_load_balancer_on_every_replica(lab: Lab) -> None:
     before = _server_stats()
     rounds = 3 * len(HOSTS)  # roundrobin: each replica answers each kind at least once
-    without = [_completion(LB_PORT, None) for _ in range(rounds)]
-    wrong = [_completion(LB_PORT, "not-the-key") for _ in range(rounds)]
-    with_key = [_completion(LB_PORT, API_KEY) for _ in range(rounds)]
+    without = [_completion(LB_PORT, None) for _round in range(rounds)]
+    wrong = [_completion(LB_PORT, "not-the-key") for _round in range(rounds)]
+    with_key = [_completion(LB_PORT, API_KEY) for _round in range(rounds)]
     after = _server_stats()
     assert set(without) == {401} and set(wrong) == {401}, (without, wrong)
     assert set(with_key) == {200}, with_key

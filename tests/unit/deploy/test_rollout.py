@@ -11,6 +11,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout im
     health_gate,
     metric_sum,
     retries_for,
+    rollout_outcome,
     serial_batches,
 )
 
@@ -130,3 +131,38 @@ def test_metric_sum_rejects_garbage() -> None:
         metric_sum("vllm:num_requests_running abc\n", "vllm:num_requests_running")
     with pytest.raises(RolloutError):
         metric_sum(None, "x")  # type: ignore[arg-type]
+
+
+# ---- 1,000 hosts: the serial list and what max_fail_percentage does (tests/integration/deploy/test_rollout_scale.py
+# holds the same model against a real 1,000-host play) ---------------------------------------------------------------
+
+def test_serial_batches_at_1000_hosts() -> None:
+    assert serial_batches(1000, 1, "10%") == [1] + [100] * 9 + [99]
+    assert serial_batches(1000, 5, "25%") == [5, 250, 250, 250, 245]
+    assert serial_batches(1000, 1, "50%") == [1, 500, 499]
+    assert serial_batches(1000, 10, 100) == [10] + [100] * 9 + [90]
+    for canary, batch in [(1, "1%"), (3, "7%"), (1, 33), (50, "100%")]:
+        batches = serial_batches(1000, canary, batch)
+        assert sum(batches) == 1000 and batches[0] == canary and all(b >= 1 for b in batches)
+
+
+@pytest.mark.parametrize(
+    ("failing", "max_fail", "expected"),
+    [
+        (set(), 0, {"stopped_in_batch": None, "completed": 1000, "failed": 0, "not_started": 0}),
+        ({0}, 0, {"stopped_in_batch": 0, "completed": 0, "failed": 1, "not_started": 999}),
+        ({0}, 100, {"stopped_in_batch": 0, "completed": 0, "failed": 1, "not_started": 999}),  # whole batch failed
+        (set(range(1, 6)), 5, {"stopped_in_batch": None, "completed": 995, "failed": 5, "not_started": 0}),
+        (set(range(1, 7)), 5, {"stopped_in_batch": 1, "completed": 1, "failed": 100, "not_started": 899}),
+        (set(range(101, 106)) | set(range(301, 307)), 5,
+         {"stopped_in_batch": 4, "completed": 296, "failed": 105, "not_started": 599}),
+        ({999}, 0, {"stopped_in_batch": 10, "completed": 901, "failed": 99, "not_started": 0}),
+    ],
+)
+def test_rollout_outcome_at_1000_hosts(failing: set[int], max_fail: int, expected: dict[str, object]) -> None:
+    assert rollout_outcome(serial_batches(1000, 1, "10%"), failing, max_fail) == expected
+
+
+def test_rollout_outcome_rejects_a_bad_percentage() -> None:
+    with pytest.raises(RolloutError, match="max_fail_percentage"):
+        rollout_outcome([1, 2], set(), 101)
