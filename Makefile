@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: site test venv collections testbed testbed-site lint vllm-src unit integration molecule resolve bench bench-fleet clean
+.PHONY: site test venv collections testbed testbed-site lint vllm-src unit integration molecule resolve bench bench-fleet bench-converge clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,6 +42,8 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
+	$(BIN)/antsibull-changelog lint
+	bash tests/sanity/run.sh
 
 # The golden tests read each verified vLLM release's source (wheel from the index, Python files only, ~20 s the
 # first time, cached in .cache/vllm-src); under make they must find it rather than skip.
@@ -52,7 +54,7 @@ unit: venv vllm-src
 	VLLM_FLEET_REQUIRE_VLLM_SRC=1 $(BIN)/pytest tests/unit
 
 integration: venv testbed
-	$(BIN)/pytest tests/integration -m "integration and not resolve"
+	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve"
 
 # pip resolves every image row against the package index: network-bound, so it runs beside the other lanes.
 resolve: venv
@@ -73,6 +75,12 @@ bench: venv
 # Preflight at fleet scale vs a bare one-task play over the same hosts (recorded facts, nothing contacted).
 bench-fleet: venv
 	$(PY) scripts/bench_fleet.py --hosts 100 1000 5000 --json artifacts/bench/fleet.json
+
+# Converge cost on 20 container hosts (the Docker engine and the base image only): a no-op provision.yml run
+# vs a bare play with as many tasks, and the no-op run under forks / pipelining / fact cache / strategy.
+bench-converge: venv
+	bash scripts/testbed/up.sh 10 20
+	$(PY) scripts/bench_converge.py --hosts 20 --repeats 2 --json artifacts/bench/converge.json
 
 clean:
 	rm -rf $(VENV) collections .pytest_cache .mypy_cache .ruff_cache

@@ -257,3 +257,23 @@ def start_vllm(
 @pytest.fixture(scope="session")
 def vllm_server(start_vllm: StartVllm) -> VllmServer:
     return start_vllm(["--enforce-eager", "--dtype", "float16", "--served-model-name", "tiny"], name="shared")
+
+
+# ---- Suite hygiene: an unmarked integration test would be silently deselected by `-m integration` ----------------
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    unmarked = [item.nodeid for item in items
+                if here in Path(str(item.path)).resolve().parents and item.get_closest_marker("integration") is None]
+    if unmarked:
+        raise pytest.UsageError("tests under tests/integration must carry @pytest.mark.integration (make integration "
+                                "selects by it): " + ", ".join(unmarked))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``VLLM_FLEET_MIN_TESTS`` (set by ``make integration``): fewer selected tests than that is an error, so a
+    broken import or a mis-typed marker cannot shrink the suite unnoticed."""
+    floor = int(os.environ.get("VLLM_FLEET_MIN_TESTS", "0") or 0)
+    if floor and len(session.items) < floor:
+        raise pytest.UsageError(f"only {len(session.items)} tests selected, fewer than the floor of {floor} "
+                                "(VLLM_FLEET_MIN_TESTS): a test module failed to import or lost its marker?")
