@@ -93,7 +93,8 @@ def build_plan(
     """Everything the role needs to render, tag and build one image.
 
     :returns: ``{"tag", "ref", "repository", "inputs_digest", "tag_inputs", "render", "build_args",
-              "pip_download", "wheelhouse_name", "wheelhouse_digest"}``.
+              "pip_download", "sdist_wheels", "wheelhouse_name", "wheelhouse_digest"}``; ``sdist_wheels`` are
+              built into the wheelhouse (``pip wheel --no-deps``) before the download, which finds them there.
     :raises ImageBuildError: unknown install mode, removed environment variables, bad uid/port.
     """
     if install_mode not in INSTALL_MODES:
@@ -116,6 +117,7 @@ def build_plan(
         merged_env["TORCH_CUDA_ARCH_LIST"] = torch_cuda_arch_list
     indexes = list(profile.get("extra_index_urls") or []) + [u for u in extra_index_urls if u]
     requirements = list(profile["requirements"])
+    sdist_wheels = [str(x) for x in profile.get("sdist_wheels") or []]
     tag_inputs: dict[str, Any] = {
         "variant": variant,
         "profile": profile["key"],
@@ -145,6 +147,8 @@ def build_plan(
         },
         "metadata_alias_version": f"{profile['vllm_version']}+{variant}" if profile["vllm_package"] != "vllm" else "",
     }
+    if sdist_wheels:  # only where a row has them, so the other rows keep their tags
+        tag_inputs["sdist_wheels"] = sdist_wheels
     build_args = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
                                     ("NO_PROXY", no_proxy)) if v}
     tag = image_tag(tag_inputs)
@@ -202,7 +206,8 @@ def build_plan(
         "health_port": int(health_port),
     }
     wheelhouse_digest = hashlib.sha256(
-        json.dumps([pip_download, requirements, constraints_sha256]).encode("utf-8")
+        json.dumps([pip_download, requirements, constraints_sha256] + ([sdist_wheels] if sdist_wheels else []))
+        .encode("utf-8")
     ).hexdigest()[:16]
     return {
         "tag": tag,
@@ -213,6 +218,7 @@ def build_plan(
         "render": render,
         "build_args": build_args,
         "pip_download": pip_download,
+        "sdist_wheels": sdist_wheels,
         "wheelhouse_name": f"{profile['vllm_version']}-{profile['key']}",
         "wheelhouse_digest": wheelhouse_digest,
     }

@@ -46,6 +46,8 @@ class ImageProfile:
     :param glibc: the base image's glibc (the newest manylinux tag its wheels may carry).
     :param requirements: exact pip requirements installed into the image.
     :param extra_index_urls: indexes where the non-PyPI wheels (``+cu129`` …) live.
+    :param sdist_wheels: pure-Python dependencies published only as sdists, built into wheels on the controller
+        (``pip wheel --no-deps``) before the wheelhouse download, which takes wheels only.
     :param sources: where each fact comes from.
     """
 
@@ -63,6 +65,7 @@ class ImageProfile:
     glibc: str
     requirements: tuple[str, ...]
     extra_index_urls: tuple[str, ...] = ()
+    sdist_wheels: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     notes: str = ""
 
@@ -176,6 +179,8 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         python_version="3.10",
         glibc="2.35",
         requirements=("vllm==0.6.3.post1", "torch==2.4.0"),
+        # vllm 0.6.3.post1 -> outlines<0.1 -> pyairports, published only as an sdist (0.0.1).
+        sdist_wheels=("pyairports==0.0.1",),
         sources=(
             "docs.vllm.ai/en/v0.6.3 installation: 'pre-compiled C++ and CUDA (12.1) binaries', "
             "compute capability 7.0 or higher, Python 3.8-3.12",
@@ -206,6 +211,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         notes="vLLM's CPU build on the locally built Debian 12 base (python3.11).",
     ),
 )
+
 
 def _driver_tuple(driver_version: str) -> tuple[int, ...]:
     try:

@@ -41,12 +41,9 @@ TIMEOUT_S = float(os.environ.get("VLLM_FLEET_RESOLVE_TIMEOUT", "900"))
 UNREACHABLE = re.compile(r"NameResolutionError|Failed to establish a new connection|ConnectTimeout|"
                          r"Temporary failure in name resolution|Network is unreachable")
 
-#: Rows known not to install with --only-binary=:all:, each with why (strict: the test fails once they do).
-KNOWN_BROKEN: dict[tuple[str, str], str] = {
-    ("0.6.3.post1", "cu121"): "vllm 0.6.3.post1 needs outlines<0.1, and every outlines 0.0.x needs pyairports, "
-    "published only as an sdist (pyairports 0.0.1): the wheelhouse download (--only-binary=:all:) cannot fetch it; "
-    "the role needs a `pip wheel --no-deps pyairports==0.0.1` step before it",
-}
+#: Rows known not to install with --only-binary=:all:, each with why (strict: the test fails once they do). Empty:
+#: a dependency published only as an sdist goes into the row's ``sdist_wheels`` (built first, as the role does).
+KNOWN_BROKEN: dict[tuple[str, str], str] = {}
 
 
 def row_id(profile: ImageProfile) -> str:
@@ -68,7 +65,8 @@ class Resolution:
 
 
 def command(profile: ImageProfile, report: Path) -> list[str]:
-    """The dry-run install of one row, with exactly the role's download arguments."""
+    """The dry-run install of one row, with exactly the role's download arguments (and, like the role, its
+    ``sdist_wheels`` built first into a folder the download finds)."""
     row = profile.as_dict()
     plan = image_build.build_plan(row, repository="vllm-fleet/vllm", base_image=str(row["base_image"]),
                                   base_image_id="sha256:" + "0" * 64, template_sha256="0" * 64)
@@ -76,6 +74,12 @@ def command(profile: ImageProfile, report: Path) -> list[str]:
            "--report", str(report), *plan["pip_download"]]
     for folder in filter(None, os.environ.get("VLLM_FLEET_PIP_FIND_LINKS", "").split(":")):
         cmd.append(f"--find-links={folder}")
+    if plan["sdist_wheels"]:
+        built = report.parent / f"{row_id(profile)}-sdist-wheels"
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
+                        "--wheel-dir", str(built), *plan["sdist_wheels"]], check=True, capture_output=True,
+                       timeout=TIMEOUT_S)
+        cmd.append(f"--find-links={built}")
     constraints = CONSTRAINTS / f"{plan['wheelhouse_name']}.txt"
     if constraints.is_file():
         cmd += ["-c", str(constraints)]
@@ -124,7 +128,7 @@ def test_row_resolves(profile: ImageProfile, resolutions: dict[str, Resolution])
     assert broken is None, f"{row_id(profile)} installs now: remove it from KNOWN_BROKEN ({broken})"
     installed = result.installed()
     for pin in profile.requirements:
-        name, _, version = pin.partition("==")
+        name, _sep, version = pin.partition("==")
         assert installed.get(name.lower()) == version, (pin, installed.get(name.lower()))
 
 

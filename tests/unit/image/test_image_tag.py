@@ -106,6 +106,20 @@ def test_plan_ref_labels_and_wheelhouse() -> None:
     assert plan["build_args"] == {}
 
 
+def test_sdist_only_dependencies_are_built_first_and_pinned_in_the_tag() -> None:
+    """The R535 row's outlines needs pyairports (sdist only): the role builds it into the wheelhouse before the
+    wheels-only download; it is an input of the tag and the wheelhouse. Rows without any keep their tags."""
+    assert _plan()["sdist_wheels"] == []
+    assert "sdist_wheels" not in _plan()["tag_inputs"]
+    row = get_profile("cu121").as_dict()
+    plan = build_plan(row, repository="vllm-fleet/vllm", base_image=str(row["base_image"]),
+                      base_image_id="sha256:" + "1" * 64, template_sha256="a" * 64)
+    assert plan["sdist_wheels"] == ["pyairports==0.0.1"]
+    without = build_plan({**row, "sdist_wheels": []}, repository="vllm-fleet/vllm", base_image=str(row["base_image"]),
+                         base_image_id="sha256:" + "1" * 64, template_sha256="a" * 64)
+    assert plan["tag"] != without["tag"] and plan["wheelhouse_digest"] != without["wheelhouse_digest"]
+
+
 def test_plan_tag_changes_with_one_pinned_input_only() -> None:
     tags = {_plan()["tag"], _plan(uid=1001)["tag"], _plan(env={"VLLM_CPU_KVCACHE_SPACE": "2"})["tag"],
             _plan(install_mode="index")["tag"], _plan(base_image_id="sha256:" + "9" * 64)["tag"]}
