@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark: plan N hosts' facts (varied SKUs, counts, models, profiles) and report hosts/second.
 
     .venv/bin/python scripts/bench_planner.py --hosts 10000
@@ -37,7 +36,7 @@ def main() -> int:
               PROFILES[i % len(PROFILES)]) for i in range(args.hosts)]
     timings = []
     refused = 0
-    for _ in range(args.repeat):
+    for _repeat in range(args.repeat):
         refused = 0
         start = time.perf_counter()
         for host_facts, config, profile in fleet:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Store a benchmark run in the baseline library, compare it with the baseline, write plots and a summary.
 
 Library layout (``--library``, default ``artifacts/baselines``)::

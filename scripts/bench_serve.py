@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run vLLM's own serving benchmark (``vllm.benchmarks.serve``, the code behind ``vllm bench serve``) at
 several concurrency levels in ONE process: importing vLLM costs tens of seconds, the runs themselves are
 short. Run it with the vLLM venv's python. One result JSON per level and repeat:

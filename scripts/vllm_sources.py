@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fill ``.cache/vllm-src/<version>/vllm`` with the Python source of every verified vLLM release.
 
 The golden tests (``tests/unit/planner/test_rules_golden.py``) check that each fact the planner takes from vLLM

@@ -52,7 +52,7 @@ def _version(text: str) -> str:
 
 def observation_inputs(obs: dict[str, Any], model_config: dict[str, Any]) -> dict[str, Any]:
     """Planner keyword arguments that reproduce one observation's configuration."""
-    name = str(obs["gpu_name"]).split("(")[0].strip()
+    name = str(obs["gpu_name"]).split("(", maxsplit=1)[0].strip()
     sku = lookup_gpu(name)
     visible_mib = round(float(obs["gpu_mem_gib_total"]) * 1024)
     gpu = {"name": name, "memory_total_mib": visible_mib, "memory_free_mib": visible_mib, "memory_used_mib": 0,

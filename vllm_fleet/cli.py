@@ -119,7 +119,7 @@ def _facts(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_plan(args: argparse.Namespace) -> dict[str, Any]:
-    engine_args = {flag[2:]: getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in ENGINE_FLAGS}
+    engine_args = {flag[2:]: getattr(args, flag[2:].replace("-", "_")) for flag, _type, _help in ENGINE_FLAGS}
     if args.enforce_eager:
         engine_args["enforce-eager"] = True
     profile: str | dict[str, Any] = args.profile
@@ -139,11 +139,11 @@ def _bar(memory: dict[str, float], width: int = 50) -> list[str]:
     parts = [("weights", "W"), ("activation", "A"), ("non_torch", "N"), ("cuda_graph", "G"), ("kv_cache", "K"),
              ("outside_budget", "C"), ("headroom", ".")]
     total = memory["total"] or 1.0
-    bar = ""
+    cells = ""
     for key, char in parts:
-        bar += char * round(max(memory.get(key, 0.0), 0.0) / total * width)
+        cells += char * round(max(memory.get(key, 0.0), 0.0) / total * width)
     legend = "  ".join(f"{char}={key} {memory.get(key, 0):.2f}" for key, char in parts)
-    return [f"[{bar[:width].ljust(width)}] {total:.1f} GiB", legend]
+    return [f"[{cells[:width].ljust(width)}] {total:.1f} GiB", legend]
 
 
 #: Plan notes that are not ``vllm serve`` flags: printed under the heading, not as a flag row.
@@ -158,9 +158,9 @@ def _unverified_banner(result: dict[str, Any]) -> list[str]:
         return []
     if not rules.unverified:
         return []
-    bar = "!" * 100
-    return [bar, f"!! UNVERIFIED vLLM {rules.text}: planned with {NEWEST_VERIFIED_VERSION}'s rules. "
-            "See the warning below before deploying.", bar]
+    rule = "!" * 100
+    return [rule, f"!! UNVERIFIED vLLM {rules.text}: planned with {NEWEST_VERIFIED_VERSION}'s rules. "
+            "See the warning below before deploying.", rule]
 
 
 def format_plan(result: dict[str, Any]) -> str:

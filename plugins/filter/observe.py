@@ -13,6 +13,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import mo
 
 # ---- monitoring -----------------------------------------------------------------------------------
 
+
 def monitoring_alert_rules(
     thresholds: Mapping[str, Any], runbook_base_url: str = "docs/runbooks"
 ) -> dict[str, Any]:
@@ -25,6 +26,7 @@ def monitoring_alert_rules(
 # Per-host target descriptions from the inventory (address, vLLM ports, node exporter, DCGM): no adaptation
 # needed, so the filter is the function itself.
 monitoring_targets = mr.targets_from_inventory
+
 
 def monitoring_scrape_configs(
     targets: list[dict[str, Any]],

@@ -19,6 +19,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import 
 
 # ---- checks ---------------------------------------------------------------------------------------
 
+
 def fleet_host_errors(variables: Mapping[str, Any], host: str, group_names: Sequence[str],
                       ports: Mapping[str, Any] | None = None, planning: bool | None = None) -> list[str]:
     if not isinstance(variables, Mapping):

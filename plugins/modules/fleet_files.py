@@ -42,6 +42,7 @@ attributes:
     support: full
   platform:
     description: The controller (POSIX).
+    support: full
     platforms: posix
 author:
   - vllm-fleet contributors (@vllm-fleet)

@@ -19,7 +19,7 @@ description:
     is not what was asked for) fails the task with a message that says what it means and what to do.
   - Read-only. Never reports a change.
 author:
-  - vllm-fleet developers
+  - vllm-fleet contributors (@vllm-fleet)
 options:
   require_gpu:
     description:
@@ -45,8 +45,10 @@ attributes:
     description: Read-only; runs the same probes in check mode.
   diff_mode:
     support: none
+    description: Read-only; there is nothing to show a difference of.
   facts:
     support: full
+    description: Returns C(ansible_facts.gpu).
 notes:
   - Commands run with C(LC_ALL=C). C(nvidia-smi) is looked up on E(PATH) and the usual sbin folders.
   - Two GPUs joined by NVLink through an NVSwitch look like a direct NVLink pair in C(nvidia-smi topo -m) and are

@@ -34,10 +34,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Reports which files would be written, without writing them.
   diff_mode:
     support: full
+    description: Shows the files that would change.
 author:
-  - vllm-fleet contributors
+  - vllm-fleet contributors (@vllm-fleet)
 """
 
 EXAMPLES = r"""

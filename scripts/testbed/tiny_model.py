@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write the tiny model (plugins/module_utils/tiny_model.py) into a directory; idempotent.
 
 Usage: tiny_model.py DIR    — prints one line per file: "written" or "unchanged".

@@ -23,7 +23,7 @@ def _parse_sysctl(text: str) -> dict[str, str]:
     values = {}
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
+            key, _sep, value = line.partition("=")
             values[key.strip()] = value.strip()
     return values
 

@@ -176,7 +176,7 @@ def render_markdown(
         f"- image: `{key['image']}`",
         f"- plan hash: `{key['plan_hash']}`",
         "",
-        "| concurrency | " + " | ".join(label for _, label in METRICS.values()) + " |",
+        "| concurrency | " + " | ".join(label for _key, label in METRICS.values()) + " |",
         "|---:|" + "---:|" * len(METRICS),
     ]
     for level, row in sorted(current.items(), key=lambda kv: int(kv[0])):

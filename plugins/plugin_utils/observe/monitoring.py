@@ -252,7 +252,7 @@ def targets_from_inventory(
         if dcgm is None:
             facts = hv.get("ansible_facts") or {}
             gpu = facts.get("gpu") or {}
-            dcgm = bool(gpu.get("gpu_count") or 0)
+            dcgm = bool(gpu.get("gpu_count"))
         result.append(
             {
                 "host": host,

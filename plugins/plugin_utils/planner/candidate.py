@@ -101,7 +101,8 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
             limiting = (Memory(total=total, budget=budget, weights=weights[s], activation=act, non_torch=non_torch,
                                cuda_graph=cg, cuda_graph_charged=charged, kv_cache=kv, outside_budget=outside),
                         layout, kinds)
-    assert limiting is not None and num_blocks_min is not None
+    if limiting is None or num_blocks_min is None:
+        raise AssertionError("no pipeline stage was evaluated")
     mem, layout, kinds = limiting
     concurrency = num_blocks_min / layout.blocks_per_request if layout.blocks_per_request else 0.0
     kv_tokens = int(concurrency * max_model_len)

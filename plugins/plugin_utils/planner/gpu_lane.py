@@ -130,10 +130,10 @@ def _settle_scheduler(g: GpuInputs, tp: int, pp: int, util: Utilization) -> Cand
     ctx, world = g.plan, tp * pp
     sched = schedule(ctx, g.gpu, UNBOUNDED_KV_TOKENS, g.want_len, world)
     cand = evaluate(g, tp=tp, pp=pp, util=util.value, outside=util.outside, max_model_len=g.want_len, sched=sched)
-    for _ in range(SCHEDULER_SETTLE_PASSES):
+    for _pass in range(SCHEDULER_SETTLE_PASSES):
         settled = schedule(ctx, g.gpu, max(cand.kv_tokens, 1), g.want_len, world)
-        if (settled.max_num_seqs, settled.max_num_batched_tokens) == (sched.max_num_seqs,
-                                                                       sched.max_num_batched_tokens):
+        if (settled.max_num_seqs, settled.max_num_batched_tokens) == (
+                sched.max_num_seqs, sched.max_num_batched_tokens):
             break  # a fixed point: evaluating again gives the same candidate
         sched = settled
         cand = evaluate(g, tp=tp, pp=pp, util=util.value, outside=util.outside, max_model_len=g.want_len,
@@ -170,7 +170,8 @@ def pick_layout(g: GpuInputs, layouts: list[tuple[int, int]], d: Decision) -> Pi
             return Pick(candidate=cand, utilization=util, settle_util=util.value)
         if cand.num_blocks > 0 and useful and fallback is None:
             fallback = (cand, util)  # useful pool, but max_model_len must be clamped
-    assert last is not None
+    if last is None:
+        raise AssertionError("no layout was evaluated")
     if fallback is not None:
         return Pick(candidate=fallback[0], utilization=fallback[1], settle_util=last[1].value)
     _refuse_or_accept_last(g, last[0], d)
@@ -189,7 +190,7 @@ def settle_max_model_len(g: GpuInputs, pick: Pick) -> tuple[Candidate, int, bool
     ctx, chosen = g.plan, pick.candidate
     spec, kv_bytes = ctx.spec, ctx.precision.kv_bytes
     final_len, clamped = g.want_len, False
-    for _ in range(MAX_MODEL_LEN_SETTLE_PASSES):
+    for _pass in range(MAX_MODEL_LEN_SETTLE_PASSES):
         sched = schedule(ctx, g.gpu, max(chosen.kv_tokens, 1), final_len, chosen.world)
         chosen = evaluate(g, tp=chosen.tp, pp=chosen.pp, util=pick.settle_util,
                           outside=chosen.memory.outside_budget, max_model_len=final_len, sched=sched)

@@ -100,7 +100,7 @@ def lookup_gpu(name: str) -> GpuSku | None:
 
 def cc_tuple(cc: str) -> tuple[int, int]:
     """'9.0' -> (9, 0)."""
-    major, _, minor = str(cc).partition(".")
+    major, _sep, minor = str(cc).partition(".")
     return int(major), int(minor or 0)
 
 
@@ -125,7 +125,7 @@ CUBLAS_HANDLES_MIB = 60
 
 def attention_backend(cc: str, mla: bool) -> str:
     """The backend vLLM 0.32 picks first on this compute capability (platforms/cuda.py:83-179)."""
-    major, _ = cc_tuple(cc)
+    major, _minor = cc_tuple(cc)
     if mla:
         if major == 9:
             return "FLASH_ATTN_MLA"

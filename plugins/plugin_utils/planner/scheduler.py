@@ -79,8 +79,8 @@ def schedule(ctx: PlanInputs, gpu: Gpu | None, kv_tokens_estimate: int, max_mode
              world: int) -> Schedule:
     """max_num_seqs and max_num_batched_tokens from the profile and the predicted KV capacity."""
     defaults = _defaults(gpu.name if gpu else None, gpu.memory_mib / 1024 if gpu else None,
-                          world if gpu is None else 1, ctx.policy.offline,
-                          gpu.compute_capability if gpu else None, ctx.rules.small_tier_capabilities)
+                         world if gpu is None else 1, ctx.policy.offline,
+                         gpu.compute_capability if gpu else None, ctx.rules.small_tier_capabilities)
     seqs, seqs_reason = _max_num_seqs(ctx, defaults, kv_tokens_estimate)
     tokens, tokens_reason = _max_num_batched_tokens(ctx, defaults, gpu, seqs, max_model_len)
     return Schedule(max_num_seqs=seqs, max_num_batched_tokens=tokens, seqs_reason=seqs_reason,

@@ -36,7 +36,9 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.plannin
     with_group_size,
 )
 
-__all__ = ["fleet_launch", "host_input", "plans_json", "replan", "report_files", "unexpected", "with_feedback"]
+__all__ = ["fleet_launch", "host_files", "host_input", "plans_json", "replan", "report_files", "unexpected",
+           "with_feedback"]
+
 
 def unexpected(host: str, what: str, exc: BaseException) -> str:
     return (f"{host}: preflight failed unexpectedly while {what}: {type(exc).__name__}: {exc} "

@@ -240,7 +240,7 @@ def render_html(records: Mapping[str, Mapping[str, Any]], title: str = "vllm-fle
         "reasons and warnings are listed per host below.</p>",
         *(f'<p class="unverified" id="unverified">{esc(line)}</p>' for line in unverified_lines(records)),
         '<div class="legend">' + "".join(
-            f'<span><i style="background:{c}"></i>{esc(label)}</span>' for _, c, label in SEGMENTS)
+            f'<span><i style="background:{c}"></i>{esc(label)}</span>' for _key, c, label in SEGMENTS)
         + '<span><i style="background:#000;width:2px"></i>budget</span></div>',
         '<table id="fleet"><thead><tr><th>Host</th><th>SKU</th><th>GPUs</th><th>vLLM</th><th>Parallel</th><th>Flags</th>'
         "<th>KV tokens</th>" + ("<th>Observed KV tokens (error)</th>" if observed else "")

@@ -124,7 +124,8 @@ class Lab:
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_INTERNAL_POLL_INTERVAL="0.05", PATH=f"{VENV}:{os.environ['PATH']}")
         env.pop("VLLM_FLEET_API_KEY", None)
-        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                                check=False)
         self.outputs.append(result.stdout + result.stderr)
         return result
 

@@ -43,7 +43,7 @@ class Load:
         self.lock = threading.Lock()
         self.latencies: list[float] = []
         self.failures: list[str] = []
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(workers)]
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _worker in range(workers)]
 
     def _one(self) -> None:
         body = json.dumps({"model": SERVED, "prompt": "The fleet", "max_tokens": 8, "temperature": 0})

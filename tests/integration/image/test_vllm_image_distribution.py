@@ -122,7 +122,7 @@ def test_push_pull_and_rerun(push_image: str, registry: str, tmp_path: Path) -> 
     assert _http(f"{api}/tags/list")[0] == 404             # nothing there before the role runs
     try:
         # Check mode first: it reports the push and pushes nothing.
-        _, counts = image_playbook(*args, "--check")
+        _out, counts = image_playbook(*args, "--check")
         assert counts["changed"] >= 1 and counts["failed"] == 0
         assert _http(f"{api}/tags/list")[0] == 404
 
@@ -130,9 +130,9 @@ def test_push_pull_and_rerun(push_image: str, registry: str, tmp_path: Path) -> 
         assert counts["failed"] == 0
         assert "Push the image to the registry" in out and counts["changed"] >= 1, out[-3000:]
         assert "build | Build the image" not in out          # pushed as built by 50-vllm-image.sh
-        status, _, body = _http(f"{api}/tags/list")
+        status, _headers, body = _http(f"{api}/tags/list")
         assert status == 200 and json.loads(body) == {"name": repository, "tags": [tag]}
-        status, headers, _ = _http(f"{api}/manifests/{tag}")
+        status, headers, _body = _http(f"{api}/manifests/{tag}")
         assert status == 200
         digest = headers.get("Docker-Content-Digest", "")
         assert digest.startswith("sha256:")
@@ -141,7 +141,7 @@ def test_push_pull_and_rerun(push_image: str, registry: str, tmp_path: Path) -> 
         # A host lacking the registry-qualified tag pulls it back (the image stays: it is also tagged locally).
         docker("rmi", pushed)
         assert not image_id(pushed)
-        _, counts = image_playbook(*args, "--check")
+        _out, counts = image_playbook(*args, "--check")
         assert counts["changed"] >= 1 and not image_id(pushed)   # check mode pulled nothing
         out, counts = image_playbook(*args)
         assert counts["changed"] >= 1 and counts["failed"] == 0, out[-3000:]
@@ -182,7 +182,7 @@ def test_load_from_a_tarball_and_rerun(image_ref: str, tmp_path: Path) -> None:
         # The host lacks the tag: check mode reports the load, the real run copies nothing (controller) and loads.
         docker("rmi", ref)
         assert not image_id(ref)
-        _, counts = image_playbook(*args, "--check")
+        _out, counts = image_playbook(*args, "--check")
         assert counts["changed"] >= 1 and not image_id(ref)
         out, counts = image_playbook(*args)
         assert counts["changed"] >= 1 and counts["failed"] == 0, out[-3000:]

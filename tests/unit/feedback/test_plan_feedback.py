@@ -104,7 +104,7 @@ def test_other_max_model_len_skips_concurrency() -> None:
 
 def test_host_report_and_summary() -> None:
     report = pf.host_feedback("h1", CPU_PLAN, [{"replica": "vllm-0", "log": CPU_1G},
-                                              {"replica": "vllm-1", "log": CPU_025G}])
+                                               {"replica": "vllm-1", "log": CPU_025G}])
     assert report["status"] == "warn"
     assert report["worst_error"] == 0.75
     assert [r["replica"] for r in report["replicas"]] == ["vllm-0", "vllm-1"]

@@ -137,7 +137,7 @@ def test_table_integrity() -> None:
         assert p.sources, p.key
         assert all("==" in r for r in p.requirements), p.key
         assert any(r.startswith(f"{p.vllm_package}=={p.vllm_version}") for r in p.requirements), p.key
-        assert any(r.startswith(f"torch=={p.torch_version}".split("+")[0]) for r in p.requirements), p.key
+        assert any(r.startswith(f"torch=={p.torch_version}".split("+", maxsplit=1)[0]) for r in p.requirements), p.key
         if p.variant == "cuda":
             assert p.min_driver and p.cuda_version and p.torch_cuda and p.compute_capabilities
             assert p.base_image.startswith(f"nvidia/cuda:{p.cuda_version}.")

@@ -138,7 +138,7 @@ def test_versions_past_the_newest_get_its_rules_and_are_marked() -> None:
 CITED = [(version, fact, src) for version, facts in sorted(VERIFIED.items()) for fact, src in sorted(facts.items())]
 
 
-@pytest.mark.parametrize(("version", "fact", "src"), CITED, ids=[f"{v}:{f}" for v, f, _ in CITED])
+@pytest.mark.parametrize(("version", "fact", "src"), CITED, ids=[f"{v}:{f}" for v, f, _src in CITED])
 def test_cited_lines_hold_the_fact(version: str, fact: str, src: Source) -> None:
     root = source_root(version)
     if root is None:

@@ -87,7 +87,7 @@ def test_real_flags_pass(extra: list[str]) -> None:
 
 
 @pytest.mark.parametrize(("flag", "snake"), [("-tp", "tensor_parallel_size"),
-                                              ("--device-memory-utilization", "gpu_memory_utilization")])
+                                             ("--device-memory-utilization", "gpu_memory_utilization")])
 def test_aliases_of_planned_flags_are_refused(flag: str, snake: str) -> None:
     message = one(errors_for(vllm_fleet_extra_args=[flag, "2"]))
     assert f"sets {flag}, which the planner computes: pin it as vllm_fleet_engine_args.{snake}" in message

@@ -12,7 +12,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision import 
 def test_table_is_monotonic() -> None:
     """A newer CUDA never needs an older driver."""
     rows = sorted((cd.parse_cuda(c), cd.parse_driver_version(d)) for c, d in cd.CUDA_MIN_DRIVER.items())
-    assert [d for _, d in rows] == sorted(d for _, d in rows)
+    assert [d for _c, d in rows] == sorted(d for _c, d in rows)
 
 
 @pytest.mark.parametrize(
