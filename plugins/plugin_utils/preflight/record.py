@@ -219,10 +219,15 @@ def host_files(result: Mapping[str, Any]) -> dict[str, str]:
     host); a small file per host costs each host only its own record."""
     records = result.get("records") or {}
     inputs = result.get("inputs") or {}
-    return {f"hosts/{host}.json": json.dumps({"vllm_fleet_facts": rec.get("facts"), "vllm_fleet_plan": rec.get("plan"),
-                                              "vllm_fleet_launch": rec.get("launch"),
-                                              "__vllm_fleet_input": inputs.get(host)}, sort_keys=True) + "\n"
-            for host, rec in records.items()}
+    files = {}
+    for host, rec in records.items():
+        # Without the last deploy's feedback (an observation, not an input: as in plans.json), so a re-run after
+        # a deploy writes the same bytes.
+        given = {k: v for k, v in (inputs.get(host) or {}).items() if k != "feedback"}
+        files[f"hosts/{host}.json"] = json.dumps({"vllm_fleet_facts": rec.get("facts"), "vllm_fleet_plan": rec.get("plan"),
+                                                  "vllm_fleet_launch": rec.get("launch"), "__vllm_fleet_input": given},
+                                                 sort_keys=True) + "\n"
+    return files
 
 
 def plans_json(records: Mapping[str, Mapping[str, Any]]) -> str:

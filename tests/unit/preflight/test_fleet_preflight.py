@@ -113,3 +113,6 @@ def test_host_files_hold_each_hosts_record_and_no_secret() -> None:
     assert loaded["__vllm_fleet_input"]["secret_names"] == ["VLLM_API_KEY"]
     assert all(KEY not in text for text in files.values())
     assert host_files(result) == files
+    # The last deploy's feedback is an observation, not an input: a re-run after a deploy writes the same bytes.
+    fed = {**result, "inputs": {h: {**i, "feedback": {"status": "ok"}} for h, i in result["inputs"].items()}}
+    assert host_files(fed) == files
