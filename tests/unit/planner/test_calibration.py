@@ -1,7 +1,9 @@
 """Regression against 14 real vLLM start-up observations (tests/fixtures/calibration).
 
-Targets on current-engine observations (V1, vLLM >= 0.10): median |error| of predicted KV-cache tokens
-<= 5%, and no prediction above the observed value by more than 10%. The table is printed every run.
+Current-engine observations (V1, vLLM >= 0.10): the README publishes median |error| 1.1 % and worst
+over-prediction +5.3 % of predicted KV-cache tokens; the bounds sit just above those figures (1.2 %, 5.5 %), so a
+regression fails here instead of hiding under a loose target. The table and the published line are printed
+every run.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ def test_every_observation_is_planned(results, capsys):
     assert all(r.predicted_tokens is not None for r in results), [r.note for r in results if r.note]
 
 
-def test_current_engine_accuracy_targets(results):
+def test_current_engine_accuracy_targets(results, capsys):
     figures = summary(results)["current_engine"]
+    with capsys.disabled():
+        print(f"\nREADME: median |error| {figures['median_abs_error']:.1%}, worst over-prediction "
+              f"+{figures['max_overprediction']:.1%} ({figures['cases']} current-engine cases)")
     assert figures["cases"] >= 9
-    assert figures["median_abs_error"] <= 0.05
-    assert figures["max_overprediction"] <= 0.10
+    assert figures["median_abs_error"] <= 0.012
+    assert figures["max_overprediction"] <= 0.055
 
 
 def test_every_case_within_twenty_percent(results):
