@@ -142,6 +142,19 @@ _SERVE_OWNED: dict[str, str] = {
     "port": "set vllm_serve_port (vllm_serve_ports for several replicas) instead",
     "host": "set vllm_serve_bind_address instead",
 }
+#: Engine arguments vllm-fleet does not model yet: passed through, every container of the layout would get the same
+#: value and none could start (or the memory plan would not hold). Refused with what to do instead.
+_DP_ADVICE = ("data parallelism is not modelled yet: every container of the layout would get it, each waiting for "
+              "peers that are never started, and none could start; serve more replicas instead (the layout runs one "
+              "replica per tensor-parallel group and the load balancer spreads requests over them)")
+NOT_MODELLED: dict[str, str] = {
+    **{name: _DP_ADVICE for name in (
+        "data_parallel_size", "data_parallel_size_local", "data_parallel_rank", "data_parallel_start_rank",
+        "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend", "data_parallel_hybrid_lb",
+        "data_parallel_external_lb", "data_parallel_multi_port_external_lb")},
+    "enable_eplb": ("EPLB's redundant experts are not budgeted in the memory plan (the KV cache would be sized as if "
+                    "they took no memory): leave it out until the planner models it"),
+}
 #: Name words that mark a secret wherever they appear (``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``).
 _SECRET_WORDS = {"SECRET", "PASSWORD", "PASSWD"}
 #: Name words that mark a Hugging Face token when the name ends in TOKEN.
@@ -317,7 +330,9 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
             errors.append(f"{host}: {var} key {key!r} must be snake_case (e.g. gpu_memory_utilization)")
             continue
         removed = rules.removed_arg(key)
-        if removed is not None and removed.ignored:
+        if key in NOT_MODELLED and not (key == "data_parallel_size" and value == 1):
+            errors.append(f"{where} = {value!r} is refused: {NOT_MODELLED[key]}")
+        elif removed is not None and removed.ignored:
             errors.append(f"{where} is accepted but ignored by vLLM {rules.series}: {_advice(removed)}")
         elif removed is not None:
             errors.append(f"{where} is not a vLLM {rules.series} engine argument: {_advice(removed)}")
@@ -429,6 +444,8 @@ def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = N
                           f"(exit 2, unrecognized arguments): {_advice(removed, 'vllm_fleet_engine_args.')}")
         elif name is None:
             continue
+        elif name in NOT_MODELLED and name != "data_parallel_size":
+            errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which is refused: {NOT_MODELLED[name]}")
         elif name in planned:
             errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
                           f"pin it as vllm_fleet_engine_args.{name} instead (it is then validated)")

@@ -233,3 +233,31 @@ def test_no_warning_when_the_key_is_set_or_not_required() -> None:
 def test_hf_token_variable_is_known_and_a_string() -> None:
     assert errors_for(vllm_fleet_hf_token=HF) == []
     assert "vllm_fleet_hf_token must be a string" in one(errors_for(vllm_fleet_hf_token=123))
+
+
+# ---- what the planner does not model is refused, never passed through ---------------------------------------------
+
+@pytest.mark.parametrize(("args", "needle"), [
+    ({"data_parallel_size": 4}, "data parallelism is not modelled yet"),
+    ({"data_parallel_size_local": 2}, "data parallelism is not modelled yet"),
+    ({"data_parallel_address": "10.0.0.1"}, "data parallelism is not modelled yet"),
+    ({"enable_eplb": True}, "redundant experts are not budgeted"),
+])
+def test_unmodelled_engine_args_are_refused(args: dict[str, Any], needle: str) -> None:
+    (key, value), = args.items()
+    message = one(fc.check_engine_args(HOST, args))
+    assert message.startswith(f"{HOST}: vllm_fleet_engine_args.{key} = {value!r} is refused: ") and needle in message
+    assert "serve more replicas" in message or key == "enable_eplb"
+
+
+def test_data_parallel_size_one_is_a_no_op_and_accepted() -> None:
+    assert fc.check_engine_args(HOST, {"data_parallel_size": 1}) == []
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--data-parallel-size-local", "2"], "has --data-parallel-size-local, which is refused: data parallelism"),
+    (["--enable-eplb"], "has --enable-eplb, which is refused: EPLB"),
+    (["--data-parallel-size", "4"], "pin it as vllm_fleet_engine_args.data_parallel_size"),
+])
+def test_unmodelled_flags_in_extra_args_are_refused(extra: list[str], needle: str) -> None:
+    assert needle in one(fc.check_extra_args(HOST, extra))
