@@ -19,8 +19,6 @@ from ansible.utils.display import Display
 
 display = Display()
 
-_VALID = frozenset(("container", "url", "timeout_s", "interval_s", "progress_s"))
-
 
 def _number(args: dict[str, Any], name: str, default: float) -> float:
     value = args.get(name, default)
@@ -35,7 +33,7 @@ def _number(args: dict[str, Any], name: str, default: float) -> float:
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = _VALID
+    _VALID_ARGS = frozenset(("container", "url", "timeout_s", "interval_s", "progress_s"))
 
     def _module(self, name: str, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
@@ -102,7 +100,7 @@ class ActionModule(ActionBase):
                 shown = time.monotonic()
                 display.display(f"{host}: {container} starting, {shown - started:.0f} s of {timeout_s:.0f} s, "
                                 f"health={state['health']}: {self._last_log_line(container, task_vars)}")
-            time.sleep(min(interval_s, max(0.0, timeout_s - elapsed)) or interval_s)
+            time.sleep(interval_s)
 
     def _failed(self, result: dict[str, Any], container: str, state: dict[str, Any], elapsed: float, why: str,
                 task_vars: dict[str, Any]) -> dict[str, Any]:
