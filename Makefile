@@ -54,7 +54,7 @@ unit: venv vllm-src
 	VLLM_FLEET_REQUIRE_VLLM_SRC=1 $(BIN)/pytest tests/unit
 
 integration: venv testbed
-	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve"
+	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve" --durations=40
 
 # pip resolves every image row against the package index: network-bound, so it runs beside the other lanes.
 resolve: venv
@@ -63,11 +63,13 @@ resolve: venv
 molecule: venv testbed
 	@for s in $(MOLECULE_SCENARIOS); do echo "=== molecule test -s $$s"; $(BIN)/molecule test -s $$s || exit 1; done
 
-# Integration (real vLLM, Docker, Prometheus, HAProxy), the molecule scenarios and the network-bound image
-# resolve test use separate ports and container names, so they run side by side; each keeps its own output
-# together (--output-sync).
-test: lint unit
-	$(MAKE) --no-print-directory -j3 --output-sync=target integration molecule resolve
+# Two phases. First, lint and the unit tests run beside the test bed's set-up (its pip installs and image
+# build wait on the network and the disk) and the network-bound image resolve test. Then the lanes that need
+# the test bed: integration (real vLLM, Docker, Prometheus, HAProxy) and the molecule scenarios use separate
+# ports and container names, so they run side by side. Each keeps its own output together (--output-sync).
+test: venv
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint unit resolve testbed
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
 
 bench: venv
 	$(PY) scripts/bench_planner.py --hosts 10000

@@ -263,6 +263,11 @@ def vllm_server(start_vllm: StartVllm) -> VllmServer:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).resolve().parent
+    # The fleet lab (deploy/: three vLLM starts, a rolling update and a rollback under load) runs last: `make
+    # test` runs the molecule lane beside this one, and by then it has finished, so the lab's vLLM starts get
+    # the CPU (they slow down several-fold when they share this 2-core machine). A stable sort: order kept.
+    lab = here / "deploy"
+    items.sort(key=lambda item: lab in Path(str(item.path)).resolve().parents)
     unmarked = [item.nodeid for item in items
                 if here in Path(str(item.path)).resolve().parents and item.get_closest_marker("integration") is None]
     if unmarked:

@@ -277,7 +277,11 @@ LAUNCH_SETTINGS: dict[str, tuple[str, Any]] = {
     "master_port": ("vllm_serve_master_port", DEFAULT_MASTER_PORT),
     "ray_port": ("vllm_serve_ray_port", 6379),
     "image": ("vllm_serve_image", None),  # None: the image stage's ref
+    "stop_timeout": ("vllm_serve_stop_timeout", None),  # None: vLLM's shutdown timeout + STOP_GRACE_S
 }
+#: Seconds ``docker stop`` waits beyond vLLM's ``--shutdown-timeout`` (in-flight requests finishing) for the
+#: processes to exit before it kills them.
+STOP_GRACE_S = 30
 #: The environment variables that carry secrets: their names go in the record, their values never do.
 SECRET_ENV = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
 #: Set per replica for the image's health check script (vllm-healthcheck).
@@ -297,11 +301,27 @@ def launch_settings(variables: dict[str, Any], *, address: str, model_dir: str) 
     out["advertise_address"] = out["advertise_address"] or address
     out["model_dir"] = out["model_dir"] or model_dir
     out["served_model_name"] = out["served_model_name"] or str(out["model_dir"]).rstrip("/").rsplit("/", 1)[-1]
-    for key in ("port", "master_port", "ray_port"):
+    for key in ("port", "master_port", "ray_port", "stop_timeout"):
         value = out[key]
         if isinstance(value, str) and value.isdigit():
             out[key] = int(value)
     return out
+
+
+def _stop_timeout(plan: dict[str, Any], pinned: Any) -> int:
+    """How long ``docker stop`` waits before it kills vLLM: longer than vLLM's ``--shutdown-timeout``, the window in
+    which requests already inside the server finish (a shorter wait would kill them mid-answer)."""
+    args = {_norm_key(k): v for k, v in (plan.get("engine_args") or {}).items()}
+    shutdown = args.get("shutdown-timeout") or 0
+    if isinstance(shutdown, bool) or not isinstance(shutdown, int) or shutdown < 0:
+        raise LaunchError(f"shutdown-timeout must be an int >= 0, got {shutdown!r}")
+    if pinned is None:
+        return shutdown + STOP_GRACE_S
+    if isinstance(pinned, bool) or not isinstance(pinned, int) or pinned <= shutdown:
+        raise LaunchError(f"vllm_serve_stop_timeout {pinned!r} must be an int above vLLM's shutdown timeout "
+                          f"({shutdown} s): docker would kill vLLM while requests still finish; raise it or lower "
+                          "--shutdown-timeout")
+    return pinned
 
 
 def _probe_host(bind_address: str) -> str:
@@ -359,6 +379,7 @@ def launch_record(
     )
     if multinode and len(layout) != 1:
         raise LaunchError(f"a multi-node plan runs one replica per node group, the plan has {len(layout)}")
+    stop_timeout = _stop_timeout(plan, settings.get("stop_timeout"))
     base_env = {str(k): str(v) for k, v in {**(plan.get("env") or {}), **(env or {})}.items()}
     secrets = sorted(set(secret_names or []))
     unknown = sorted(set(secrets) - set(SECRET_ENV.values()))
@@ -421,6 +442,7 @@ def launch_record(
         "nodes": nodes,
         "master_address": addresses[0] if multinode else None,
         "serves_api": serves_api,
+        "stop_timeout_s": stop_timeout,
         "secret_env_names": secrets,
         "replicas": replicas,
     }

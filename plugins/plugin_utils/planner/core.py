@@ -36,6 +36,7 @@ from .engine_args import (
     parse_extra_args,
     to_cli_args,
 )
+from . import engine_fields
 from .errors import PlanError
 from .gpu_lane import plan_gpu
 from .hardware import MIN_SUPPORTED_CC, cc_int
@@ -138,6 +139,24 @@ def _notes(gpu: Gpu | None, user: dict[str, Any], rules: VersionRules, d: Decisi
             d.warnings.append(f"--{key} is accepted but ignored by vLLM {rules.text}: {rules.ignored_flags[key]}")
 
 
+#: Seconds vLLM lets in-flight requests finish when its container is stopped (``--shutdown-timeout``; vLLM's
+#: default 0 aborts them). The launch record's container stop timeout is longer (launch.STOP_GRACE_S more).
+SHUTDOWN_TIMEOUT_S = 30
+
+
+def _graceful_stop(user: dict[str, Any], rules: VersionRules, d: Decision) -> None:
+    """``--shutdown-timeout``: requests already inside the server finish when a rollout or removal stops it."""
+    if "shutdown-timeout" in user:
+        return  # the user's value is kept ("set by you")
+    if not engine_fields.covers(rules.text) or "shutdown_timeout" not in engine_fields.engine_arg_names(rules.text):
+        d.note("shutdown-timeout", f"not set: vLLM {rules.text} is older than the releases whose options are "
+                                   "verified here; a stop aborts the requests in flight")
+        return
+    d.set("shutdown-timeout", SHUTDOWN_TIMEOUT_S,
+          f"requests in flight when the replica stops get {SHUTDOWN_TIMEOUT_S} s to finish (vLLM's default 0 "
+          "aborts them); the load balancer drains it first")
+
+
 def _check_device(spec: ModelSpec, gpu: Gpu | None, rules: VersionRules, d: Decision) -> None:
     """Refuse GPUs below the version's compute-capability floor; warn about MLA on CPU."""
     if gpu is not None and rules.version >= (0, 20, 0) and cc_int(gpu.compute_capability) < MIN_SUPPORTED_CC:
@@ -182,6 +201,7 @@ def plan_typed(
     parse_extra_args(list(extra_args or []), rules)
     _notes(gpu, user, rules, d)
     _check_device(spec, gpu, rules, d)
+    _graceful_stop(user, rules, d)
     precision = resolve_precision(spec, gpu, user, rules, d)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,
                      weights_total_bytes=weights_total_bytes)

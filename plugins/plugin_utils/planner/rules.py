@@ -274,6 +274,7 @@ INT_ENGINE_ARGS: dict[str, tuple[int, int | None]] = {
     "optimization_level": (0, 3),
     "seed": (0, None),
     "max_loras": (1, None),
+    "shutdown_timeout": (0, 86_400),  # config/vllm.py Field(default=0, ge=0); 0 aborts in-flight requests
 }
 #: Float engine arguments → (exclusive lower bound, inclusive upper bound); gpu_memory_utilization is vLLM's
 #: ``Field(gt=0, le=1)`` (config/cache.py).

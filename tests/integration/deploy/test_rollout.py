@@ -9,21 +9,44 @@ generator (stdlib http.client, threads, with the key) sends completions through 
 2. a flag the planner accepts but vLLM cannot start with (a tokenizer path that does not exist) stops at the
    canary, which is rolled back; the fleet keeps serving: zero failed requests.
 
+A watcher polls HAProxy's stats (CSV) twice a second through both: every server leaves rotation (DRAIN/MAINT/
+DOWN) exactly once, never more at once than the rollout batch, at least one stays UP throughout, all are UP at
+the end and each takes new sessions after it came back; requests keep completing while servers are out. The
+load balancer retries and redispatches, so "0 failed" alone would not show that the drain works: these do.
+
 Starts of vLLM (eager mode, ~1.5-2.5 min each on the shared 2-core test bed): 3 (update) + 1 failed at once
-(broken flag) + 1 restored (the canary's previous container). Figures go to artifacts/deploy/rollout.json.
+(broken flag) + 1 restored (the canary's previous container). Figures go to artifacts/deploy/rollout.json;
+the README's rollout figures are this module's printed lines.
 """
 
 from __future__ import annotations
 
+import csv
 import http.client
+import io
 import json
+import subprocess
 import threading
 import time
+import urllib.request
 from typing import Any
 
 import pytest
 
-from .conftest import API_KEY, ENGINE_ARGS, HOSTS, LB_PORT, ROOT, SERVED, Lab, containers, inspect, ok, recap
+from .conftest import (
+    API_KEY,
+    ENGINE_ARGS,
+    HOSTS,
+    LB_PORT,
+    ROOT,
+    SERVED,
+    STATS_PORT,
+    Lab,
+    containers,
+    inspect,
+    ok,
+    recap,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -34,14 +57,15 @@ CANARY = next(iter(HOSTS))
 class Load:
     """Steady completions through the load balancer: threads, stdlib http.client, one connection per request."""
 
-    # One client, about a request a second: steady traffic through every server, light enough that the
+    # Two clients, each about a request a second: steady traffic through every server, light enough that the
     # replicas serving it leave this 2-core machine's CPU to the one that starts (a vLLM CPU worker busy-polls
     # for a second after each request; a saturating load starves a starting replica for many minutes).
-    def __init__(self, workers: int = 1, pause_s: float = 1.0) -> None:
+    def __init__(self, workers: int = 2, pause_s: float = 1.0) -> None:
         self.workers, self.pause_s = workers, pause_s
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
         self.latencies: list[float] = []
+        self.done_at: list[float] = []  # monotonic completion time of each successful request
         self.failures: list[str] = []
         self.threads = [threading.Thread(target=self._run, daemon=True) for _worker in range(workers)]
 
@@ -64,6 +88,7 @@ class Load:
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
             else:
                 self.latencies.append(time.monotonic() - start)
+                self.done_at.append(time.monotonic())
 
     def _run(self) -> None:
         while not self.stop_event.is_set():
@@ -88,6 +113,94 @@ class Load:
                 "failures": self.failures[:20]}
 
 
+class LbWatch:
+    """HAProxy's stats page polled twice a second: each server's status and total sessions over time."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, dict[str, tuple[str, int]]]] = []  # (t, {server: (status, stot)})
+        self.errors: list[str] = []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def read() -> dict[str, tuple[str, int]]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{STATS_PORT}/stats;csv", timeout=5) as response:
+            text = response.read().decode()
+        rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
+        return {row["svname"]: (row["status"], int(row["stot"] or 0)) for row in rows
+                if row["svname"] in HOSTS}
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.samples.append((time.monotonic(), self.read()))
+            except Exception as exc:  # a stats page that stops answering is a finding, not a crash
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self.stop_event.wait(self.interval_s)
+
+    def __enter__(self) -> LbWatch:
+        self.samples.append((time.monotonic(), self.read()))
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=10)
+        self.samples.append((time.monotonic(), self.read()))
+
+    @staticmethod
+    def is_up(status: str) -> bool:
+        return status.startswith("UP")  # "UP", or "UP 1/3" (still serving, a check failed)
+
+    def out_periods(self) -> dict[str, list[tuple[float, float]]]:
+        """Per server, the [start, end) times it was out of rotation (DRAIN, MAINT, DOWN, NOLB...)."""
+        periods: dict[str, list[tuple[float, float]]] = {name: [] for name in HOSTS}
+        since: dict[str, float] = {}
+        for t, servers in self.samples:
+            for name in HOSTS:
+                up = self.is_up(servers.get(name, ("MISSING", 0))[0])
+                if not up and name not in since:
+                    since[name] = t
+                elif up and name in since:
+                    periods[name].append((since.pop(name), t))
+        end = self.samples[-1][0]
+        for name, start in since.items():
+            periods[name].append((start, end))
+        return periods
+
+    def most_out_at_once(self) -> int:
+        return max(sum(not self.is_up(s.get(n, ("MISSING", 0))[0]) for n in HOSTS) for _t, s in self.samples)
+
+    def summary(self) -> dict[str, Any]:
+        periods = self.out_periods()
+        statuses = {n: sorted({s.get(n, ("MISSING", 0))[0] for _t, s in self.samples}) for n in HOSTS}
+        return {"samples": len(self.samples), "out_periods_s": {n: [round(b - a, 1) for a, b in p]
+                                                                 for n, p in periods.items()},
+                "statuses_seen": statuses, "most_out_at_once": self.most_out_at_once(),
+                "stats_errors": self.errors[:5]}
+
+
+def _completed_while_out(load: Load, periods: dict[str, list[tuple[float, float]]]) -> int:
+    spans = [span for spans in periods.values() for span in spans]
+    return sum(any(a <= t < b for a, b in spans) for t in load.done_at)
+
+
+def _direct_completion(port: int, max_tokens: int = 8, timeout: float = 120) -> dict[str, Any]:
+    """A completion straight to one replica (not through the load balancer), with the API key."""
+    body = json.dumps({"model": SERVED, "prompt": "The fleet", "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request("POST", "/v1/completions", body,
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    assert resp.status == 200, f"HTTP {resp.status}: {data[:300]!r}"
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
 def _record(name: str, figures: dict[str, Any]) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / "rollout.json"
@@ -106,12 +219,15 @@ def test_rolling_update_drops_no_request(lab: Lab) -> None:
     planned = lab.records()[CANARY]["launch"]["replicas"][0]["engine_args"]["max-num-seqs"]
     assert lab.engine_config(CANARY)["max-num-seqs"] == planned != 4
     start = time.monotonic()
-    with Load() as load:
+    with LbWatch() as watch, Load() as load:
         result = lab.play("-e", _engine_args(max_num_seqs=4))
         time.sleep(2)
     elapsed = time.monotonic() - start
     figures = load.report()
-    _record("rolling_update", dict(figures, seconds=round(elapsed)))
+    periods = watch.out_periods()
+    while_out = _completed_while_out(load, periods)
+    _record("rolling_update", dict(figures, seconds=round(elapsed), completed_while_out=while_out,
+                                   req_per_s=round(figures["sent"] / elapsed, 2), lb=watch.summary()))
     ok(result)
     records = lab.records()
     after = {name: inspect(name)["Id"] for name in HOSTS}
@@ -121,20 +237,38 @@ def test_rolling_update_drops_no_request(lab: Lab) -> None:
         assert lab.engine_config(name) == records[name]["launch"]["replicas"][0]["engine_args"]
         assert inspect(name)["State"]["Health"]["Status"] == "healthy"
     assert containers() == sorted(HOSTS), "a -prev container was left behind"
-    assert figures["sent"] >= 20, figures
+    # What the load balancer saw: each server out of rotation exactly once (drained, replaced, put back),
+    # never more at once than the rollout's batch (the canary alone, then b and c: two cores, see conftest),
+    # always one serving, all UP at the end, and each took new sessions after it came back.
+    assert not watch.errors, watch.errors
+    assert all(len(periods[name]) == 1 for name in HOSTS), watch.summary()
+    assert 1 <= watch.most_out_at_once() <= 2, watch.summary()
+    canary_back = periods[CANARY][0][1]
+    assert all(periods[name][0][0] >= canary_back for name in HOSTS if name != CANARY), "went past the canary early"
+    final = watch.samples[-1][1]
+    assert all(watch.is_up(final[name][0]) for name in HOSTS), final
+    for name in HOSTS:
+        back = periods[name][0][1]
+        stot_back = next(servers[name][1] for t, servers in watch.samples if t >= back)
+        assert final[name][1] > stot_back, f"{name} took no new session after it came back: {watch.summary()}"
+    assert while_out >= 50, f"only {while_out} requests completed while a server was out"
+    assert figures["sent"] >= 600, figures
     assert figures["failed"] == 0, figures
+    assert figures["p99_s"] is not None and figures["p99_s"] < 10, figures
 
 
 def test_broken_flag_stops_at_the_canary_and_rolls_back(lab: Lab) -> None:
     before = {name: inspect(name) for name in HOSTS}
     start = time.monotonic()
-    with Load() as load:
+    with LbWatch() as watch, Load() as load:
         # The planner accepts any tokenizer path (it is the host's business); vLLM exits at start.
         result = lab.play("-e", _engine_args(max_num_seqs=4, tokenizer="/no/such/tokenizer"))
         time.sleep(2)
     elapsed = time.monotonic() - start
     figures = load.report()
-    _record("rollback", dict(figures, seconds=round(elapsed)))
+    periods = watch.out_periods()
+    _record("rollback", dict(figures, seconds=round(elapsed), completed_while_out=_completed_while_out(load, periods),
+                             req_per_s=round(figures["sent"] / elapsed, 2), lb=watch.summary()))
     assert result.returncode != 0, result.stdout[-3000:]
     out = result.stdout
     assert f"ROLLED BACK {CANARY}" in out, out[-6000:]
@@ -150,5 +284,56 @@ def test_broken_flag_stops_at_the_canary_and_rolls_back(lab: Lab) -> None:
     for other in list(HOSTS)[1:]:
         assert inspect(other)["State"]["StartedAt"] == before[other]["State"]["StartedAt"]
     assert containers() == sorted(HOSTS)
-    assert figures["sent"] >= 20, figures
+    # Only the canary left rotation, once, and it is back; the restored replica answers on its own port.
+    assert not watch.errors, watch.errors
+    assert len(periods[CANARY]) == 1 and all(not periods[n] for n in HOSTS if n != CANARY), watch.summary()
+    assert all(watch.is_up(watch.samples[-1][1][name][0]) for name in HOSTS), watch.summary()
+    assert LbWatch.is_up(LbWatch.read()[CANARY][0])
+    assert _direct_completion(HOSTS[CANARY])["choices"], "the restored replica does not answer"
+    assert figures["sent"] >= 100, figures
     assert figures["failed"] == 0, figures
+
+
+def test_a_stopping_replica_finishes_the_requests_inside_it(lab: Lab) -> None:
+    """vLLM's --shutdown-timeout (planned) with the container's stop timeout (the launch record): a request in
+    flight when the replica stops, the way the role stops it (docker stop --time), completes. Runs last: it
+    stops the lab's last replica for good."""
+    name = list(HOSTS)[-1]
+    launch = lab.records()[name]["launch"]
+    shutdown = lab.engine_config(name)["shutdown-timeout"]
+    assert shutdown == launch["replicas"][0]["engine_args"]["shutdown-timeout"] > 0
+    assert launch["stop_timeout_s"] > shutdown
+    assert inspect(name)["Config"].get("StopTimeout") == launch["stop_timeout_s"]
+    answer: dict[str, Any] = {}
+    tokens = 1500
+
+    def long_request() -> None:
+        answer.update(_direct_completion(HOSTS[name], max_tokens=tokens, timeout=300))
+        answer["done_at"] = time.monotonic()
+
+    client = threading.Thread(target=long_request)
+    client.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the request is inside the engine
+        with urllib.request.urlopen(f"http://127.0.0.1:{HOSTS[name]}/metrics", timeout=5) as response:
+            metrics = response.read().decode()
+        if any(line.startswith("vllm:num_requests_running") and not line.rstrip().endswith(" 0.0")
+               for line in metrics.splitlines()):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the long request never ran")
+    stop_at = time.monotonic()
+    stopped = subprocess.run(["docker", "stop", "--time", str(launch["stop_timeout_s"]), name],
+                             capture_output=True, text=True, check=False, timeout=launch["stop_timeout_s"] + 30)
+    client.join(timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    logs = subprocess.run(["docker", "logs", "--tail", "200", name], capture_output=True, text=True, check=False)
+    text = logs.stdout + logs.stderr
+    assert "mode=drain" in text, text[-3000:]
+    assert answer.get("choices") and answer["usage"]["completion_tokens"] == tokens, answer
+    assert answer["done_at"] > stop_at, "the request ended before the stop: it proves nothing (make it longer)"
+    assert inspect(name)["State"]["ExitCode"] != 137, "docker killed vLLM before the request finished"
+    print(f"\n[deploy] graceful stop: a {tokens}-token request in flight at the stop completed "
+          f"{answer['done_at'] - stop_at:.1f} s after it; vLLM logged drain mode (--shutdown-timeout {shutdown}, "
+          f"docker stop --time {launch['stop_timeout_s']})")
