@@ -19,6 +19,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout im
     health_gate,
     metric_sum,
     retries_for,
+    rollout_units,
     serial_batches,
 )
 
@@ -62,8 +63,18 @@ def vllm_health_gate(plan: Any, **kwargs: Any) -> dict[str, int]:
     return result
 
 
-def vllm_serial(n_hosts: Any, canary: Any = 1, batch: Any = "50%") -> list[int]:
-    result: list[int] = _call("vllm_serial", serial_batches, n_hosts, canary, batch)
+def vllm_serial(hosts: Any, canary: Any = 1, batch: Any = "50%", multinode_groups: Any = None) -> list[int]:
+    """``hosts``: the number of hosts, or their names in play order with ``multinode_groups`` (each host's
+    vllm_fleet_multinode_group, same order): then no batch splits a multi-node group."""
+    if isinstance(hosts, int) and not isinstance(hosts, bool):
+        result: list[int] = _call("vllm_serial", serial_batches, hosts, canary, batch)
+        return result
+    names = [str(h) for h in _plain(hosts)]
+    groups = list(_plain(multinode_groups)) if multinode_groups is not None else [None] * len(names)
+    if len(groups) != len(names):
+        raise AnsibleFilterError(f"vllm_serial: {len(names)} hosts but {len(groups)} multinode_groups")
+    units: list[int] = _call("vllm_serial", rollout_units, groups, names)
+    result = _call("vllm_serial", serial_batches, len(names), canary, batch, units)
     return result
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "metric_sum",
     "retries_for",
     "rollout_outcome",
+    "rollout_units",
     "serial_batches",
 ]
 
@@ -116,14 +117,48 @@ def health_gate(
     }
 
 
-def serial_batches(n_hosts: int, canary: int = 1, batch: int | str = "50%") -> list[int]:
+def rollout_units(groups: list[str | None], hosts: list[str] | None = None) -> list[int]:
+    """The rollout's units in play order: 1 for a host of its own, N for the N hosts of a multi-node group, which
+    start, pass the health gate and roll back together, so no batch may split them.
+
+    :param groups: each host's ``vllm_fleet_multinode_group`` (None or "" for none), in play (inventory) order
+    :param hosts: the host names, same order (for the message)
+    :raises RolloutError: a group's hosts are not next to each other in the inventory
+    """
+    names = list(hosts) if hosts is not None else [f"host #{i + 1}" for i in range(len(groups))]
+    units: list[int] = []
+    seen: dict[str, int] = {}
+    previous: str | None = None
+    for position, group in enumerate(groups):
+        group = str(group) if group else None
+        if group is not None and group == previous:
+            units[-1] += 1
+            continue
+        if group is not None and group in seen:
+            members = [n for n, g in zip(names, groups, strict=False) if g == group]
+            between = names[seen[group] + 1 : position]
+            raise RolloutError(f"multi-node group {group}: its hosts {', '.join(members)} are not next to each other "
+                               f"in the inventory ({', '.join(between[:3])} between them): list them together, so "
+                               "the group rolls out as one batch")
+        if group is not None:
+            seen[group] = position
+        units.append(1)
+        previous = group
+    return units
+
+
+def serial_batches(n_hosts: int, canary: int = 1, batch: int | str = "50%", units: list[int] | None = None
+                   ) -> list[int]:
     """Batch sizes for the play's ``serial`` keyword: a canary batch first, then equal batches.
 
-    The list is explicit and sums to ``n_hosts`` (Ansible would repeat the last size anyway).
+    The list is explicit and sums to ``n_hosts`` (Ansible would repeat the last size anyway). With ``units``
+    (:func:`rollout_units`) a batch ends only between units: a multi-node group goes whole, in the batch where
+    its first host falls, even when that makes the batch larger than asked.
 
     :param n_hosts: hosts in the rollout
     :param canary: hosts in the first batch (>= 1)
     :param batch: later batch size, an int or a percentage of ``n_hosts`` like ``"25%"`` (rounded up)
+    :param units: the sizes of the rollout's units in play order (they sum to ``n_hosts``)
     """
     if isinstance(n_hosts, bool) or not isinstance(n_hosts, int) or n_hosts < 0:
         raise RolloutError(f"n_hosts must be an int >= 0, got {n_hosts!r}")
@@ -148,13 +183,20 @@ def serial_batches(n_hosts: int, canary: int = 1, batch: int | str = "50%") -> l
         raise RolloutError(f"batch must be >= 1, got {batch!r}")
     if n_hosts == 0:
         return [1]
-    first = min(canary, n_hosts)
-    batches = [first]
-    left = n_hosts - first
-    while left > 0:
-        step = min(size, left)
-        batches.append(step)
-        left -= step
+    if units is None:
+        units = [1] * n_hosts
+    if any(isinstance(u, bool) or not isinstance(u, int) or u < 1 for u in units) or sum(units) != n_hosts:
+        raise RolloutError(f"units must be ints >= 1 that sum to the {n_hosts} hosts, got {units!r}")
+    batches: list[int] = []
+    want = canary
+    current = 0
+    for unit in units:
+        current += unit
+        if current >= want:
+            batches.append(current)
+            current, want = 0, size
+    if current:
+        batches.append(current)
     return batches
 
 

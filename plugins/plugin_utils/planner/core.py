@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import engine_fields
 from .context import PlanInputs
 from .cpu_lane import plan_cpu
 from .decision import Decision
@@ -36,7 +37,6 @@ from .engine_args import (
     parse_extra_args,
     to_cli_args,
 )
-from . import engine_fields
 from .errors import PlanError
 from .gpu_lane import plan_gpu
 from .hardware import MIN_SUPPORTED_CC, cc_int

@@ -24,6 +24,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout import (
+    RolloutError,
+    rollout_units,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as image_compat
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_fields import (
     covers,
@@ -917,6 +921,12 @@ def check_multinode_facts(records: Mapping[str, Mapping[str, Any]]) -> list[str]
             desc = "; ".join(f"{h}: {k[1]}x {k[0] or 'no GPU'} {list(k[2])} MiB" for h, k in sorted(keys.items()))
             errors.append(f"multi-node group {group}: mixed GPUs ({desc}): a TP/PP group spanning hosts needs "
                           "the same GPU model and count on every node; split the group by SKU")
+    # The rollout's batches never split a group (deploy.yml serial): that needs its hosts together, in the
+    # inventory order ``records`` keeps.
+    try:
+        rollout_units([records[h].get("multinode_group") for h in records], list(records))
+    except RolloutError as exc:
+        errors.append(str(exc))
     return errors
 
 

@@ -46,3 +46,16 @@ def test_metric_sum_default_for_absent_metric() -> None:
 def test_errors_become_ansible_filter_errors(name: str, args: list[object], kwargs: dict[str, object]) -> None:
     with pytest.raises(AnsibleFilterError, match=name):
         FILTERS[name](*args, **kwargs)
+
+
+def test_serial_keeps_the_example_fleets_multinode_group_in_one_batch() -> None:
+    # inventories/example in play order: h200-01, then the two H100 nodes of llama405b, then l40s-01 and t4-01.
+    hosts = ["h200-01", "h100-01", "h100-02", "l40s-01", "t4-01"]
+    groups = [None, "llama405b", "llama405b", None, None]
+    assert FILTERS["vllm_serial"](hosts, 1, 1) == [1, 1, 1, 1, 1] != FILTERS["vllm_serial"](hosts, 1, 1, groups)
+    assert FILTERS["vllm_serial"](hosts, 1, 1, groups) == [1, 2, 1, 1]
+    assert FILTERS["vllm_serial"](hosts, 2, 1, groups) == [3, 1, 1]  # the canary does not stop inside the group
+    with pytest.raises(AnsibleFilterError, match="vllm_serial: 5 hosts but 2 multinode_groups"):
+        FILTERS["vllm_serial"](hosts, 1, 1, groups[:2])
+    with pytest.raises(AnsibleFilterError, match="vllm_serial: multi-node group g: its hosts"):
+        FILTERS["vllm_serial"](["a", "b", "c"], 1, 1, ["g", None, "g"])

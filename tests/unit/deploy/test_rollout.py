@@ -12,8 +12,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout im
     metric_sum,
     retries_for,
     rollout_outcome,
+    rollout_units,
     serial_batches,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.checks import check_multinode_facts
+from hypothesis import given
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "deploy"
 PLAN_CPU = json.loads((FIXTURES / "plan_cpu.json").read_text())
@@ -166,3 +170,56 @@ def test_rollout_outcome_at_1000_hosts(failing: set[int], max_fail: int, expecte
 def test_rollout_outcome_rejects_a_bad_percentage() -> None:
     with pytest.raises(RolloutError, match="max_fail_percentage"):
         rollout_outcome([1, 2], set(), 101)
+
+
+# ---- Multi-node groups roll as one unit --------------------------------------------------------------------------
+
+def test_rollout_units_follow_the_groups_in_inventory_order() -> None:
+    assert rollout_units([None, "g", "g", None, "h", "h", "h"]) == [1, 2, 1, 3]
+    assert rollout_units([]) == []
+    assert rollout_units(["", None]) == [1, 1]
+
+
+def test_a_group_split_by_another_host_is_refused_with_what_to_do() -> None:
+    with pytest.raises(RolloutError, match=r"group g: its hosts a, c are not next to each other .*\(b between them\)"
+                                           r": list them together"):
+        rollout_units(["g", None, "g"], ["a", "b", "c"])
+
+
+def test_the_canary_takes_a_whole_group() -> None:
+    # The example fleet's shape: a host, the two-node 405B group, two hosts; canary 1 then 50 %.
+    assert serial_batches(5, 1, "50%", rollout_units([None, "g", "g", None, None])) == [1, 3, 1]
+    assert serial_batches(4, 1, 1, [2, 1, 1]) == [2, 1, 1]  # the group first: the canary is the group
+    with pytest.raises(RolloutError, match="sum to the 4 hosts"):
+        serial_batches(4, 1, 1, [2, 1])
+
+
+@given(st.lists(st.integers(min_value=1, max_value=8), min_size=1, max_size=300),
+       st.integers(min_value=1, max_value=20), st.sampled_from([1, 3, 16, "10%", "50%", "100%"]))
+def test_no_batch_splits_a_unit(units: list[int], canary: int, batch: int | str) -> None:
+    batches = serial_batches(sum(units), canary, batch, units)
+    assert sum(batches) == sum(units)
+    boundaries = {sum(units[: i + 1]) for i in range(len(units))}
+    ends = [sum(batches[: i + 1]) for i in range(len(batches))]
+    assert set(ends) <= boundaries, (units, batches)
+    assert batches[0] >= min(canary, sum(units))
+
+
+def test_serial_batches_at_1000_hosts_with_groups() -> None:
+    # 1,000 hosts: 200 two-node groups then 600 single hosts; canary 1, batches of 10 %.
+    units = rollout_units([f"g{i // 2}" for i in range(400)] + [None] * 600)
+    assert units == [2] * 200 + [1] * 600
+    batches = serial_batches(1000, 1, "10%", units)
+    assert batches[0] == 2 and sum(batches) == 1000
+    assert all(b == 100 for b in batches[1:-1]) and batches[-1] <= 100
+
+
+def test_preflight_refuses_a_group_whose_hosts_are_apart() -> None:
+    facts = {"gpu_count": 8, "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}] * 8}
+    records = {"n1": {"facts": facts, "multinode_group": "g"}, "x": {"facts": facts, "multinode_group": None},
+               "n2": {"facts": facts, "multinode_group": "g"}}
+    errors = check_multinode_facts(records)
+    assert errors == ["multi-node group g: its hosts n1, n2 are not next to each other in the inventory (x between "
+                      "them): list them together, so the group rolls out as one batch"]
+    together = {"n1": records["n1"], "n2": records["n2"], "x": records["x"]}
+    assert check_multinode_facts(together) == []

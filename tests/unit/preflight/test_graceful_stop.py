@@ -16,7 +16,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch imp
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import SHUTDOWN_TIMEOUT_S, plan
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.errors import PlanError
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import fleet_launch, host_input
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+    fleet_launch,
+    host_input,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventories" / "example"
