@@ -179,16 +179,20 @@ def _host_state(name: str, hv: Any, recorded_dir: str | None, artifacts_dir: str
         exists = True
     facts: Any = None
     facts_error = None
+    network: Any = None  # ansible_facts.network (gpu_facts), or a recorded file's "network"
     if recorded_dir:
         path = os.path.join(os.path.realpath(os.path.expanduser(recorded_dir)), f"{name}.json")
         if os.path.isfile(path):
             try:
-                facts = validate_facts(_read_json(path), f"facts_file {path} (CONTRACT 1 GPU facts)")
+                raw = _read_json(path)
+                facts = validate_facts(raw, f"facts_file {path} (CONTRACT 1 GPU facts)")
+                network = raw.get("network") if isinstance(raw, Mapping) else None
             except (OSError, ValueError, GpuFactsError) as exc:
                 facts_error = f"recorded facts {path}: {exc}"
     else:
         gathered = hv.get("ansible_facts", {})
         facts = _data(gathered.get("gpu")) if isinstance(gathered, Mapping) else None
+        network = _data(gathered.get("network")) if isinstance(gathered, Mapping) else None
         if facts is None:
             facts_error = "no GPU facts: the discovery task did not run on this host"
     feedback_dir = variables.get("vllm_fleet_feedback_dir") or os.path.join(artifacts_dir, "feedback")
@@ -199,7 +203,7 @@ def _host_state(name: str, hv: Any, recorded_dir: str | None, artifacts_dir: str
             feedback = _read_json(feedback_path)
         except (OSError, ValueError):
             feedback = None
-    return {"vars": variables, "groups": [str(g) for g in hv["group_names"]], "facts": facts,
+    return {"vars": variables, "groups": [str(g) for g in hv["group_names"]], "facts": facts, "network": network,
             "facts_error": facts_error, "address": str(hv.get("ansible_host", name)), "model_dir": model_dir,
             "model_exists": exists, "feedback": feedback}
 

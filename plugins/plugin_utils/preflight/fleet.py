@@ -120,8 +120,10 @@ def fleet_preflight(
         variables = dict(state.get("vars") or {})
         inputs[host] = host_input(variables, host, sku=records[host]["sku"], facts=records[host]["facts"],
                                   address=str(state.get("address") or host), model_dir=str(state.get("model_dir") or ""),
-                                  ports=_ports(variables), feedback=state.get("feedback"))
-    launched = fleet_launch(inputs, lbs, check_image=check_image)
+                                  ports=_ports(variables), feedback=state.get("feedback"),
+                                  network=state.get("network"))
+    launched = fleet_launch(inputs, lbs, check_image=check_image, planning=planning)
     result.update(stage="plan" if launched["errors"] else "ok", errors=launched["errors"],
                   records=launched["records"], inputs=inputs)
+    result["warnings"] = warnings + list(launched.get("warnings") or [])
     return result

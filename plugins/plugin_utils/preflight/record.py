@@ -29,6 +29,11 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch imp
     launch_record,
     launch_settings,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.network import (
+    NetworkError,
+    check_group_reachability,
+    node_network,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks, report
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.planning import (
     plan_options,
@@ -77,12 +82,14 @@ def host_input(
     model_dir: str,
     ports: Mapping[str, Any] | None = None,
     feedback: Any = None,
+    network: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One host's inputs to :func:`fleet_launch`, with secrets reduced to their names.
 
     :param variables: the host's ``vllm_*`` variables (the ``varnames`` lookup preflight already makes)
     :param address: ansible_host, or the inventory name
     :param model_dir: the controller's model directory (realpath of vllm_fleet_model)
+    :param network: the host's discovered network (``ansible_facts.network``), None when not known
     """
     secret_vars = checks.SECRET_VALUE_VARIABLES  # variable -> kind (api_key, hf_token)
     secrets = sorted({SECRET_ENV[kind] for name, kind in secret_vars.items()
@@ -101,6 +108,7 @@ def host_input(
         "ports": dict(ports or {}),
         "image_cuda": variables.get("vllm_fleet_image_cuda_version"),
         "feedback": feedback,
+        "network": dict(network) if isinstance(network, Mapping) else None,
     }
 
 
@@ -130,12 +138,16 @@ def fleet_launch(
     lbs: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     check_image: bool = True,
+    planning: bool = False,
 ) -> dict[str, Any]:
-    """Plan and lay out every host: ``{"records": {host: record}, "errors": [one line each]}``.
+    """Plan and lay out every host: ``{"records": {host: record}, "errors": [one line each], "warnings": [...]}``.
 
     :param hosts: :func:`host_input` per host, in inventory order
     :param lbs: the load-balancer hosts, ``{name: {"address", "ports"}}`` (their listen and stats ports)
+    :param planning: the run only plans (nothing is deployed): what a multi-node node's network lacks is a
+        warning (recorded facts carry no network; the example's addresses are names), an error otherwise
     """
+    warnings: list[str] = []
     errors: list[str] = []
     records: dict[str, dict[str, Any]] = {}
     groups = _groups(hosts)
@@ -157,11 +169,25 @@ def fleet_launch(
             plans[host] = answer["plan"]
         except Exception as exc:
             errors.append(unexpected(host, "planning", exc))
+    for group, members in groups.items():
+        errors += [f"{line} (group {group})" for line in check_group_reachability(
+            [{"host": n, "address": hosts[n]["settings"]["advertise_address"], "network": hosts[n].get("network")}
+             for n in members])]
     for host, plan in plans.items():
         item = hosts[host]
         try:
             group = item.get("multinode_group")
             nodes = groups[str(group)] if group else [host]
+            addresses = [str(hosts[n]["settings"]["advertise_address"]) for n in nodes]
+            try:
+                net: dict[str, Any] | None = node_network(
+                    item.get("network"), address=str(item["settings"]["advertise_address"]),
+                    multinode=len(nodes) > 1, user_env=item.get("env"), host=host, group_addresses=addresses)
+            except NetworkError as exc:
+                if not planning:
+                    raise
+                warnings.append(f"{exc} (a deploy stops here)")
+                net = None
             launch = launch_record(
                 plan,
                 host=host,
@@ -169,9 +195,14 @@ def fleet_launch(
                 env=item.get("env"),
                 secret_names=list(item.get("secret_names") or []),
                 nodes=nodes,
-                node_addresses=[str(hosts[n]["settings"]["advertise_address"]) for n in nodes],
+                node_addresses=addresses,
                 gpu_indexes=_gpu_indexes(item.get("facts") or {}),
+                head_port=int(hosts[nodes[0]]["settings"]["port"]),
+                network=net,
             )
+        except NetworkError as exc:
+            errors.append(str(exc))
+            continue
         except LaunchError as exc:
             errors.append(f"{host}: cannot lay out the plan: {exc}")
             continue
@@ -189,13 +220,13 @@ def fleet_launch(
             "launch": launch,
         }
     if errors:
-        return {"records": records, "errors": errors}
+        return {"records": records, "errors": errors, "warnings": warnings}
     try:
         errors += checks.check_fleet(records, checks.image_compat_check if check_image else None)
         errors += checks.check_machines(_machine_view(records, hosts), dict(lbs or {}))
     except Exception as exc:
         errors.append(unexpected("fleet", "checking the fleet as a whole", exc))
-    return {"records": records, "errors": errors}
+    return {"records": records, "errors": errors, "warnings": warnings}
 
 
 def replan(record_input: Mapping[str, Any], host: str, engine_args: Mapping[str, Any]) -> dict[str, Any]:

@@ -148,6 +148,7 @@ def test_multinode_mp_renders_vllm_launcher_flags() -> None:
     assert nodes[0]["argv"] == [
         "vllm", "serve", "--config", "/etc/vllm/engine.yaml",
         "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "29501",
+        "--distributed-executor-backend", "mp",
     ]
     assert nodes[1]["argv"][-1] == "--headless"
     assert nodes[1]["argv"][nodes[1]["argv"].index("--node-rank") + 1] == "1"

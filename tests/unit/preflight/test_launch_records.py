@@ -30,11 +30,21 @@ MODEL_70B = str(EXAMPLE / "models" / "llama-3.1-70b")
 SECRET = "sk-unit-test-secret-1f2e3d"
 
 
-def _input(host: str, facts: dict[str, Any], model: str = MODEL_8B, **variables: Any) -> dict[str, Any]:
+def _input(host: str, facts: dict[str, Any], model: str = MODEL_8B, network: dict[str, Any] | None = None,
+           **variables: Any) -> dict[str, Any]:
     base = {"vllm_fleet_model": model, "vllm_fleet_vllm_version": "0.32.0", "vllm_fleet_api_key": SECRET}
     base.update(variables)
     return host_input(base, host, sku="gpu_h200" if facts.get("gpu_count") else "cpu_lane", facts=facts,
-                      address=variables.get("ansible_host", host), model_dir=model)
+                      address=variables.get("ansible_host", host), model_dir=model, network=network)
+
+
+def _network(address: str, rdma: bool = False) -> dict[str, Any]:
+    """Discovered network facts (gpu_facts' ansible_facts.network) of a node holding ``address`` on ens1."""
+    return {"interfaces": [{"name": "lo", "ipv4": ["127.0.0.1/8"], "ipv6": [], "up": True, "mtu": 65536},
+                           {"name": "ens1", "ipv4": [f"{address}/24"], "ipv6": [], "up": True, "mtu": 9000}],
+            "rdma": [{"device": "mlx5_0", "port": 1, "link_layer": "InfiniBand", "state": "ACTIVE",
+                      "netdev": "ib0"}] if rdma else [],
+            "rdma_dev_nodes": ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"] if rdma else []}
 
 
 def test_host_input_keeps_no_secret_value_only_its_name() -> None:
@@ -85,7 +95,8 @@ def _other_machine(facts: dict[str, Any], tag: str) -> dict[str, Any]:
 
 
 def test_multinode_group_gets_ranks_nodes_and_the_master_address() -> None:
-    hosts = {name: _input(name, _other_machine(H200, name[-1] * 4), model=MODEL_70B, ansible_host=addr, vllm_fleet_multinode_group="big",
+    hosts = {name: _input(name, _other_machine(H200, name[-1] * 4), model=MODEL_70B, ansible_host=addr,
+                          vllm_fleet_multinode_group="big", network=_network(addr, rdma=True),
                           vllm_fleet_engine_args={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
              for name, addr in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"))}
     result = fleet_launch(hosts, check_image=False)
@@ -97,6 +108,44 @@ def test_multinode_group_gets_ranks_nodes_and_the_master_address() -> None:
     assert first["serves_api"] and not second["serves_api"]
     assert "--headless" in second["replicas"][0]["argv"] and "--headless" not in first["replicas"][0]["argv"]
     assert lb_servers([first, second]) == [first["replicas"][0]["backend"]]
+    # The network from facts: each node announces its own address, NCCL and Gloo use the interface holding it,
+    # RDMA devices with IPC_LOCK and unlimited memlock; every node's gate waits for rank 0's /health.
+    for launch, address in ((first, "10.0.0.1"), (second, "10.0.0.2")):
+        (replica,) = launch["replicas"]
+        assert replica["env"]["VLLM_HOST_IP"] == address
+        assert replica["env"]["NCCL_SOCKET_IFNAME"] == replica["env"]["GLOO_SOCKET_IFNAME"] == "ens1"
+        assert replica["devices"] == ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]
+        assert replica["cap_add"] == ["IPC_LOCK"] and replica["ulimits"] == ["memlock:-1:-1"]
+        assert replica["group_health_url"] == f"http://10.0.0.1:{first['replicas'][0]['port']}/health"
+        assert "ens1" in launch["network_reasons"]["NCCL_SOCKET_IFNAME"]
+
+
+def test_a_multinode_node_without_network_facts_stops_a_deploy_and_warns_a_plan() -> None:
+    hosts = {name: _input(name, _other_machine(H200, name[-1] * 4), model=MODEL_70B, ansible_host=addr,
+                          vllm_fleet_multinode_group="big",
+                          vllm_fleet_engine_args={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
+             for name, addr in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"))}
+    deploying = fleet_launch(hosts, check_image=False)
+    assert [e.split(":")[0] for e in deploying["errors"]] == ["n1", "n2"]
+    assert all("no network facts" in e and "NCCL_SOCKET_IFNAME" in e for e in deploying["errors"])
+    planning = fleet_launch(hosts, check_image=False, planning=True)
+    assert planning["errors"] == [] and len(planning["warnings"]) == 2
+    assert planning["records"]["n2"]["launch"]["replicas"][0]["env"]["VLLM_HOST_IP"] == "10.0.0.2"
+    # Pinned the user's way, the interface is taken as given (no facts to check it against).
+    pinned = {n: _input(n, _other_machine(H200, n[-1] * 4), model=MODEL_70B, ansible_host=a,
+                        vllm_fleet_multinode_group="big", vllm_fleet_env={"NCCL_SOCKET_IFNAME": "ens"},
+                        vllm_fleet_engine_args={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
+              for n, a in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"))}
+    assert fleet_launch(pinned, check_image=False)["errors"] == []
+
+
+def test_nodes_on_no_common_subnet_are_refused() -> None:
+    hosts = {name: _input(name, _other_machine(H200, name[-1] * 4), model=MODEL_70B, ansible_host=addr,
+                          vllm_fleet_multinode_group="big", network=_network(addr),
+                          vllm_fleet_engine_args={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
+             for name, addr in (("n1", "10.0.0.1"), ("n2", "10.9.0.2"))}
+    (error,) = fleet_launch(hosts, check_image=False)["errors"]
+    assert "share no IPv4 subnet" in error and error.endswith("(group big)")
 
 
 def test_an_unexpected_error_is_one_line_naming_the_host() -> None:
