@@ -110,6 +110,10 @@ class GroupLab:
             "vllm_serve_health_timeout_s": 600,
             "vllm_serve_drain_interval_s": 1,
             "vllm_serve_min_other_servers_up": 0,  # one instance: an update takes it out (a lab, not a fleet)
+            # Two "hosts" of one machine: with the host's IPC namespace (the role's default) vLLM finds both
+            # containers on one node (shared /dev/shm) and waits forever for the other's IPC socket, which lives in
+            # the other container; private IPC makes them two nodes, as on two machines (TCP between them).
+            "vllm_serve_ipc_mode": "private",
         }
         (self.inventory / "group_vars" / "all" / "vllm_fleet.yml").write_text(yaml.safe_dump(policy))
 
