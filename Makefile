@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: site test venv collections testbed testbed-site lint vllm-src unit integration molecule resolve bench bench-fleet bench-converge clean
+.PHONY: site test venv collections testbed testbed-site lint vllm-src unit integration multinode molecule resolve bench bench-fleet bench-converge clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -54,7 +54,12 @@ unit: venv vllm-src
 	VLLM_FLEET_REQUIRE_VLLM_SRC=1 $(BIN)/pytest tests/unit
 
 integration: venv testbed
-	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve" --durations=40
+	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve" \
+	  --ignore=tests/integration/multinode --durations=40
+
+# The multi-node group (two vLLM processes as one instance, through site.yml): its own lane, own ports and names.
+multinode: venv testbed
+	$(BIN)/pytest tests/integration/multinode -m integration --durations=10
 
 # pip resolves every image row against the package index: network-bound, so it runs beside the other lanes.
 resolve: venv
@@ -65,11 +70,11 @@ molecule: venv testbed
 
 # Two phases. First, lint and the unit tests run beside the test bed's set-up (its pip installs and image
 # build wait on the network and the disk) and the network-bound image resolve test. Then the lanes that need
-# the test bed: integration (real vLLM, Docker, Prometheus, HAProxy) and the molecule scenarios use separate
-# ports and container names, so they run side by side. Each keeps its own output together (--output-sync).
+# the test bed: integration (real vLLM, Docker, Prometheus, HAProxy), the multi-node group and the molecule
+# scenarios use separate ports and container names, so they run side by side. Each keeps its own output together (--output-sync).
 test: venv
 	$(MAKE) --no-print-directory -j4 --output-sync=target lint unit resolve testbed
-	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
+	$(MAKE) --no-print-directory -j3 --output-sync=target integration multinode molecule
 
 bench: venv
 	$(PY) scripts/bench_planner.py --hosts 10000

@@ -107,7 +107,7 @@ class GroupLab:
             "vllm_serve_lb_socket": str(workdir / "lb-run" / "admin.sock"),
             "vllm_serve_lb_stats_url": f"http://127.0.0.1:{STATS_PORT}/stats",
             "vllm_serve_health_interval_s": 10,
-            "vllm_serve_health_timeout_s": 600,
+            "vllm_serve_health_timeout_s": 900,  # a start takes 2-5 min here, longer beside the other lanes
             "vllm_serve_drain_interval_s": 1,
             "vllm_serve_min_other_servers_up": 0,  # one instance: an update takes it out (a lab, not a fleet)
             # Two "hosts" of one machine: with the host's IPC namespace (the role's default) vLLM finds both
@@ -205,11 +205,14 @@ def test_killing_the_worker_fails_the_gate_and_the_group_rolls_back_as_one(group
         while not stop.is_set():
             ids = _docker("ps", "-q", "--filter", "name=^vf-mn-1$", check=False)
             if ids and ids != before["vf-mn-1"]["Id"][: len(ids)]:
-                time.sleep(5)  # it has started its processes
-                _docker("kill", "vf-mn-1", check=False)
-                killed.append(time.strftime("%H:%M:%S"))
-                return
-            time.sleep(0.5)
+                # Once the new worker has joined the new instance (torch.distributed rank 1), kill it: the head
+                # loses its peer mid-start.
+                logs = subprocess.run(["docker", "logs", "vf-mn-1"], capture_output=True, text=True, check=False)
+                if "world_size=2 rank=1" in logs.stdout + logs.stderr:
+                    _docker("kill", "vf-mn-1", check=False)
+                    killed.append(time.strftime("%H:%M:%S"))
+                    return
+            time.sleep(1)
 
     killer = threading.Thread(target=kill_the_new_worker, daemon=True)
     killer.start()
