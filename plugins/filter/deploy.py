@@ -3,6 +3,7 @@
 """Deploy filters: thin wrappers over plugins/plugin_utils/deploy/ (docs: one <filter>.yml each)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -63,13 +64,24 @@ def vllm_health_gate(plan: Any, **kwargs: Any) -> dict[str, int]:
     return result
 
 
+#: The inventory groups preflight makes, one per multi-node group (``group_by`` in playbooks/preflight.yml).
+MULTINODE_GROUP_PREFIX = "vllm_fleet_multinode_"
+
+
 def vllm_serial(hosts: Any, canary: Any = 1, batch: Any = "50%", multinode_groups: Any = None) -> list[int]:
-    """``hosts``: the number of hosts, or their names in play order with ``multinode_groups`` (each host's
-    vllm_fleet_multinode_group, same order): then no batch splits a multi-node group."""
+    """``hosts``: the number of hosts, or their names in play order with ``multinode_groups``: each host's
+    vllm_fleet_multinode_group (same order), or the inventory's ``groups`` (its ``vllm_fleet_multinode_*``
+    groups); then no batch splits a multi-node group."""
     if isinstance(hosts, int) and not isinstance(hosts, bool):
         result: list[int] = _call("vllm_serial", serial_batches, hosts, canary, batch)
         return result
     names = [str(h) for h in _plain(hosts)]
+    if isinstance(multinode_groups, Mapping):
+        member: dict[str, str] = {}
+        for group, group_hosts in multinode_groups.items():
+            if str(group).startswith(MULTINODE_GROUP_PREFIX):
+                member.update({str(h): str(group)[len(MULTINODE_GROUP_PREFIX):] for h in group_hosts or []})
+        multinode_groups = [member.get(name) for name in names]
     groups = list(_plain(multinode_groups)) if multinode_groups is not None else [None] * len(names)
     if len(groups) != len(names):
         raise AnsibleFilterError(f"vllm_serial: {len(names)} hosts but {len(groups)} multinode_groups")

@@ -59,3 +59,13 @@ def test_serial_keeps_the_example_fleets_multinode_group_in_one_batch() -> None:
         FILTERS["vllm_serial"](hosts, 1, 1, groups[:2])
     with pytest.raises(AnsibleFilterError, match="vllm_serial: multi-node group g: its hosts"):
         FILTERS["vllm_serial"](["a", "b", "c"], 1, 1, ["g", None, "g"])
+
+
+def test_serial_reads_the_multinode_groups_preflight_makes_in_the_inventory() -> None:
+    # `serial` is templated without host variables: deploy.yml passes `groups`, where preflight's group_by put the
+    # hosts of each multi-node group in vllm_fleet_multinode_<name>.
+    hosts = ["h200-01", "h100-01", "h100-02", "l40s-01", "t4-01"]
+    groups = {"all": hosts, "vllm_servers": hosts, "gpu_h100": ["h100-01", "h100-02"],
+              "vllm_fleet_multinode_llama405b": ["h100-01", "h100-02"]}
+    assert FILTERS["vllm_serial"](hosts, 1, 1, groups) == [1, 2, 1, 1]
+    assert FILTERS["vllm_serial"](hosts, 1, 1, {"all": hosts}) == [1, 1, 1, 1, 1]
