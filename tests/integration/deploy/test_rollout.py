@@ -175,8 +175,8 @@ class LbWatch:
     def summary(self) -> dict[str, Any]:
         periods = self.out_periods()
         statuses = {n: sorted({s.get(n, ("MISSING", 0))[0] for _t, s in self.samples}) for n in HOSTS}
-        return {"samples": len(self.samples), "out_periods_s": {n: [round(b - a, 1) for a, b in p]
-                                                                 for n, p in periods.items()},
+        out_s = {n: [round(b - a, 1) for a, b in p] for n, p in periods.items()}
+        return {"samples": len(self.samples), "out_periods_s": out_s,
                 "statuses_seen": statuses, "most_out_at_once": self.most_out_at_once(),
                 "stats_errors": self.errors[:5]}
 

@@ -207,8 +207,8 @@ def test_user_interface_matching_the_facts_wins(value: str) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"NCCL_SOCKET_IFNAME": "ib"}, "NCCL_SOCKET_IFNAME='ib' names no interface of this node (ib; found lo, "
-                                        "ifb0, ifb1, eth0)"),
+        ({"NCCL_SOCKET_IFNAME": "ib"},
+         "NCCL_SOCKET_IFNAME='ib' names no interface of this node (ib; found lo, ifb0, ifb1, eth0)"),
         ({"NCCL_SOCKET_IFNAME": "=eth"}, "NCCL_SOCKET_IFNAME='=eth' names no interface"),
         ({"GLOO_SOCKET_IFNAME": "eth"}, "GLOO_SOCKET_IFNAME='eth' names no interface"),
         ({"NCCL_SOCKET_IFNAME": ","}, "names no interface of this node (empty"),
