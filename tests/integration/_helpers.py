@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import re
 import socket
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 REF_FILE = ROOT / ".cache" / "vllm-image-ref"
@@ -65,3 +68,22 @@ def image_playbook(*extra: str) -> tuple[str, dict[str, int]]:
     recap = re.search(r"^localhost\s*:\s*(.*)$", out, flags=re.M)
     assert recap, out[-2000:]
     return out, {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))}
+
+
+def completion(port: int, model: str, *, api_key: str | None = None, max_tokens: int = 8, timeout: float = 120,
+               ignore_eos: bool = False) -> dict[str, Any]:
+    """POST /v1/completions to 127.0.0.1:``port``; the decoded answer (an HTTP error fails the test)."""
+    payload: dict[str, Any] = {"model": model, "prompt": "The fleet", "max_tokens": max_tokens, "temperature": 0}
+    if ignore_eos:
+        payload["ignore_eos"] = True
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request("POST", "/v1/completions", json.dumps(payload), headers)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    assert resp.status == 200, f"HTTP {resp.status}: {data[:300]!r}"
+    answer: dict[str, Any] = json.loads(data)
+    return answer

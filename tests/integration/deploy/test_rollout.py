@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from .._helpers import completion
 from .conftest import (
     API_KEY,
     ENGINE_ARGS,
@@ -188,17 +189,7 @@ def _completed_while_out(load: Load, periods: dict[str, list[tuple[float, float]
 
 def _direct_completion(port: int, max_tokens: int = 8, timeout: float = 120) -> dict[str, Any]:
     """A completion straight to one replica (not through the load balancer), with the API key."""
-    body = json.dumps({"model": SERVED, "prompt": "The fleet", "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True})
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    conn.request("POST", "/v1/completions", body,
-                 {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    assert resp.status == 200, f"HTTP {resp.status}: {data[:300]!r}"
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+    return completion(port, SERVED, api_key=API_KEY, max_tokens=max_tokens, timeout=timeout, ignore_eos=True)
 
 
 def _record(name: str, figures: dict[str, Any]) -> None:

@@ -18,7 +18,6 @@ vLLM starts: 1 (first converge) + 1 (the update, killed) + 1 (the restored group
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -34,6 +33,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from .._helpers import completion
 
 pytestmark = pytest.mark.integration
 
@@ -129,15 +130,7 @@ class GroupLab:
 
 
 def _completion(port: int = LB_PORT) -> dict[str, Any]:
-    body = json.dumps({"model": SERVED, "prompt": "The fleet", "max_tokens": 8, "temperature": 0})
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    assert resp.status == 200, f"HTTP {resp.status}: {data[:300]!r}"
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+    return completion(port, SERVED)
 
 
 def _lb_servers() -> list[str]:
