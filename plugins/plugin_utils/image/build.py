@@ -59,6 +59,21 @@ class ImageBuildError(ValueError):
     """Bad build options; the message says what to change."""
 
 
+def _ray_requirements(profile: Mapping[str, Any]) -> list[str]:
+    """What the row adds for Ray (compat.py ``ray_requirements``; empty when vLLM's own requirements bring Ray).
+
+    :raises ImageBuildError: the row has no Ray pin.
+    """
+    pins = profile.get("ray_requirements")
+    if pins is None:
+        raise ImageBuildError(
+            f"vLLM {profile['vllm_version']} ({profile['key']}) has no Ray pin in the image compatibility table: add "
+            "ray_requirements to its row in plugins/plugin_utils/image/compat.py, or set vllm_image_ray: false and "
+            "vllm_serve_multinode_backend: mp"
+        )
+    return [str(pin) for pin in pins]
+
+
 def resolve_base_image(profile: Mapping[str, Any], registry_mirror: str = "", cpu_base_image: str = "") -> str:
     """The base image to build FROM: the cpu override, or the profile's image behind the registry mirror."""
     if profile["variant"] == "cpu":
@@ -89,13 +104,18 @@ def build_plan(
     health_port: int = DEFAULT_SERVE_PORT,
     torch_cuda_arch_list: str = "",
     files_sha256: str = "",
+    ray: bool = False,
 ) -> dict[str, Any]:
     """Everything the role needs to render, tag and build one image.
+
+    :param ray: install Ray for the Ray launcher (``vllm_image_ray``): the row's ``ray_requirements`` join vLLM's in
+        the same pip step, the wheelhouse download and the tag. Off, the plan is exactly the one without Ray.
 
     :returns: ``{"tag", "ref", "repository", "inputs_digest", "tag_inputs", "render", "build_args",
               "pip_download", "sdist_wheels", "wheelhouse_name", "wheelhouse_digest"}``; ``sdist_wheels`` are
               built into the wheelhouse (``pip wheel --no-deps``) before the download, which finds them there.
-    :raises ImageBuildError: unknown install mode, removed environment variables, bad uid/port.
+    :raises ImageBuildError: unknown install mode, removed environment variables, bad uid/port, Ray asked of a row
+        without a Ray pin.
     """
     if install_mode not in INSTALL_MODES:
         raise ImageBuildError(f"install mode {install_mode!r} is not one of: {', '.join(INSTALL_MODES)}")
@@ -117,6 +137,8 @@ def build_plan(
         merged_env["TORCH_CUDA_ARCH_LIST"] = torch_cuda_arch_list
     indexes = list(profile.get("extra_index_urls") or []) + [u for u in extra_index_urls if u]
     requirements = list(profile["requirements"])
+    ray_requirements = _ray_requirements(profile) if ray else []
+    requirements += ray_requirements
     sdist_wheels = [str(x) for x in profile.get("sdist_wheels") or []]
     tag_inputs: dict[str, Any] = {
         "variant": variant,
@@ -149,6 +171,8 @@ def build_plan(
     }
     if sdist_wheels:  # only where a row has them, so the other rows keep their tags
         tag_inputs["sdist_wheels"] = sdist_wheels
+    if ray_requirements:  # only with Ray: without it the inputs (and so the tag) are the ones they always were
+        tag_inputs["ray"] = ray_requirements
     build_args = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
                                     ("NO_PROXY", no_proxy)) if v}
     tag = image_tag(tag_inputs)
@@ -172,6 +196,8 @@ def build_plan(
         "org.vllm-fleet.constraints.sha256": constraints_sha256 or "none",
         "org.vllm-fleet.install-mode": install_mode,
     }
+    if ray_requirements:
+        labels["org.vllm-fleet.ray"] = " ".join(ray_requirements)
     major, minor = (int(x) for x in str(profile.get("glibc") or "2.28").split(".")[:2])
     # Every manylinux tag the base image's glibc accepts (pip does not widen an explicit --platform).
     platforms = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 4, -1)]

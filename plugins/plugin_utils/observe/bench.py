@@ -11,7 +11,9 @@ than ``threshold`` (15 %) or a P99 latency (TTFT, end-to-end) rose by more than 
 repeated runs per level the limit is ``max(threshold, min(spread of the baseline + spread of the current
 run, max_noise))`` (spread = (max - min) / median of the repeats): on a shared or noisy host a P99 over a
 few dozen requests can move more than 15 % between identical runs, and such a change is noise, not a
-regression — but never more than ``max_noise`` (50 %) is excused.
+regression — but never more than ``max_noise`` (50 %) is excused. A P99 needs at least 100 requests to be more
+than the slowest one or two: where a level completed fewer (in either run), its P50 is gated in place of each P99
+(``TAIL_FALLBACK``), and the finding says so.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 # The metrics the regression rule looks at.
 GATED: tuple[str, ...] = ("output_throughput", "p99_ttft_ms", "p99_e2el_ms")
+# A P99 over fewer requests than this is the slowest request or two (one stall on a shared host moves it several-fold):
+# the level's P50 is gated in its place.
+MIN_TAIL_SAMPLES = 100
+TAIL_FALLBACK: dict[str, str] = {"p99_ttft_ms": "p50_ttft_ms", "p99_e2el_ms": "p50_e2el_ms"}
 
 
 class BenchError(ValueError):
@@ -94,7 +100,8 @@ def summarize(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float
     summary: dict[str, dict[str, float]] = {}
     for level in sorted(grouped):
         runs = grouped[level]
-        row: dict[str, float] = {"repeats": float(len(runs))}
+        row: dict[str, float] = {"repeats": float(len(runs)),
+                                 "completed": float(statistics.median(int(r["completed"]) for r in runs))}
         for metric in METRICS:
             values = [float(r[metric]) for r in runs if r.get(metric) is not None]
             if values:
@@ -106,6 +113,20 @@ def summarize(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float
             raise BenchError(f"benchmark at concurrency {level} has no output_throughput")
         summary[str(level)] = row
     return summary
+
+
+def _gated_metric(metric: str, before: Mapping[str, float], after: Mapping[str, float]) -> tuple[str, str]:
+    """The metric compared for ``metric`` at one level, and why when it is not ``metric`` itself: a P99 over fewer
+    than MIN_TAIL_SAMPLES requests (in either run; a summary without ``completed`` keeps its P99) gives way to the
+    P50."""
+    fallback = TAIL_FALLBACK.get(metric)
+    if fallback is None or fallback not in before or fallback not in after:
+        return metric, ""
+    requests = min(float(before.get("completed", MIN_TAIL_SAMPLES)), float(after.get("completed", MIN_TAIL_SAMPLES)))
+    if requests >= MIN_TAIL_SAMPLES:
+        return metric, ""
+    return fallback, (f"{METRICS[metric][1]} over {requests:.0f} requests is the slowest one or two: "
+                      f"{METRICS[fallback][1]} gated instead (P99 needs {MIN_TAIL_SAMPLES})")
 
 
 def compare(
@@ -120,7 +141,8 @@ def compare(
     levels = sorted(set(baseline) & set(current), key=int)
     findings: list[dict[str, Any]] = []
     for level in levels:
-        for metric in GATED:
+        for wanted in GATED:
+            metric, note = _gated_metric(wanted, baseline[level], current[level])
             if metric not in baseline[level] or metric not in current[level]:
                 continue
             before = float(baseline[level][metric])
@@ -147,6 +169,7 @@ def compare(
                     "noise": noise,
                     "limit": limit,
                     "regressed": worse > limit,
+                    **({"note": note} if note else {}),
                 }
             )
     return {
@@ -198,6 +221,9 @@ def render_markdown(
                 f"| {f['concurrency']} | {f['label']} | {_fmt(f['baseline'])} | {_fmt(f['current'])} "
                 f"| {f['change'] * 100:+.1f} % | {f['limit'] * 100:.0f} % | {flag} |"
             )
+        notes = sorted({f"concurrency {f['concurrency']}: {f['note']}" for f in comparison["findings"] if f.get("note")})
+        if notes:
+            lines += ["", *(f"- {note}" for note in notes)]
         if comparison["missing_levels"]:
             lines.append("")
             lines.append(f"Levels in only one of the runs (not compared): {comparison['missing_levels']}")

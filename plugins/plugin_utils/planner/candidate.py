@@ -15,11 +15,12 @@ from .memory import (
     Memory,
     activation_bytes,
     cuda_graph_bytes,
+    eplb_bytes_per_stage,
     kv_layout,
     stage_kind_counts,
     weights_per_stage,
 )
-from .model import ModelSpec, stage_layers
+from .model import ModelSpec, moe_expert_shards, stage_layers
 from .rules import VersionRules
 from .scheduler import Schedule
 
@@ -73,6 +74,17 @@ def non_torch_bytes(rules: VersionRules, world: int) -> int:
     return non_torch
 
 
+def uses_expert_parallel(g: GpuInputs, tp: int, pp: int) -> bool:
+    """Whether an MoE layout runs with ``--enable-expert-parallel``: the user's value, else on whenever its experts
+    span more than one GPU (DP x TP x PP > 1). vLLM 0.32 uses it only when DP x PCP x TP > 1
+    (``model_executor/layers/fused_moe/config.py:1189-1192``)."""
+    if not g.plan.spec.is_moe:
+        return False
+    if "enable-expert-parallel" in g.plan.user:
+        return bool(g.plan.user["enable-expert-parallel"])
+    return tp * pp * g.dp > 1
+
+
 def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_model_len: int,
              sched: Schedule) -> Candidate:
     """Size every pipeline stage under the budget ``util`` and keep the stage with the fewest KV blocks."""
@@ -81,17 +93,25 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     seqs, tokens = sched.max_num_seqs, sched.max_num_batched_tokens
     total = g.gpu.memory_mib * MIB
     budget = math.ceil(total * util)
-    weights = weights_per_stage(spec, tp, pp, prec.dense_bytes, prec.quant, ctx.weights_total_bytes)
+    # An MoE's data-parallel ranks share their experts (spread over DP x TP GPUs) and exchange tokens every layer;
+    # a dense model's ranks are independent engines, each exactly this TP x PP plan (v1/engine/core.py:1473-1482).
+    dp = g.dp if spec.is_moe else 1
+    weights = weights_per_stage(spec, tp, pp, prec.dense_bytes, prec.quant, ctx.weights_total_bytes,
+                                moe_expert_shards(tp, dp))
+    if g.eplb:  # redundant experts and the migration buffers, loaded before the profile: weights to the budget
+        extra = eplb_bytes_per_stage(spec, tp, pp, prec.dense_bytes, prec.quant, ctx.weights_total_bytes,
+                                     moe_expert_shards(tp, g.dp), g.redundant_experts, g.eplb_buffers)
+        weights = [w + e for w, e in zip(weights, extra, strict=True)]
     stage_counts = stage_kind_counts(spec.layer_kinds, pp)
-    non_torch = non_torch_bytes(rules, tp * pp)
+    non_torch = non_torch_bytes(rules, tp * pp * dp)
     in_flight = (2 if pp == 1 else pp) * tokens  # async scheduling (PP 1) keeps two batches in flight
-    expert_parallel = spec.is_moe and tp * pp > 1
+    expert_parallel = uses_expert_parallel(g, tp, pp)
     charged = rules.cudagraph_charged_to_budget
     num_blocks_min: int | None = None
     limiting: tuple[Memory, KvLayout, LayerCounts] | None = None
     for s, count in enumerate(stage_layers(spec.num_layers, pp)):
         kinds = stage_counts[s]
-        act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, prec.act_bytes, expert_parallel)
+        act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, prec.act_bytes, expert_parallel, dp)
         cg = 0 if g.eager else cuda_graph_bytes(spec, count, seqs, g.gpu.compute_capability)
         kv = budget - weights[s] - act - non_torch - (cg if charged else 0)
         layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight)

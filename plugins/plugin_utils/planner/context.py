@@ -35,6 +35,20 @@ class GpuInputs:
     want_len: int  # the user's max_model_len, else the model's limit
     forced_tp: int | None  # --tensor-parallel-size, when the user set it
     forced_pp: int | None  # --pipeline-parallel-size, when the user set it
+    dp: int = 1  # --data-parallel-size: engines of TP x PP GPUs each (in one host's container when dp_nodes is 1)
+    dp_nodes: int = 1  # hosts the data-parallel ranks are spread over (a multi-node group's size), dp // dp_nodes each
+    # The MoE layout comparison that picked data parallelism (gpu_lane.compare_moe_layouts), "" when dp is the user's
+    dp_picked: str = ""
+    # --enable-eplb (set by the user): redundant experts (eplb_config.num_redundant_experts) and the migration buffers
+    # of one MoE layer's local experts that vLLM allocates before its memory profile (gpu_lane.eplb_inputs)
+    eplb: bool = False
+    redundant_experts: int = 0
+    eplb_buffers: int = 0
+
+    @property
+    def dp_local(self) -> int:
+        """Data-parallel ranks on one host (``--data-parallel-size-local`` across a multi-node group)."""
+        return self.dp // self.dp_nodes
 
     @property
     def forced(self) -> bool:

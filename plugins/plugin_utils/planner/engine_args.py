@@ -13,9 +13,10 @@ ENGINE_ARG_ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-siz
 #: rules.INT_ENGINE_ARGS starts at 0 (``seed``, ``optimization-level``). The upper bounds are preflight's.
 INT_ARGS: dict[str, int] = {key.replace("_", "-"): min(low, 1) for key, (low, _high) in INT_ENGINE_ARGS.items()}
 # Output order of the engine args the planner decides; any other (user) arg follows in insertion order.
-ENGINE_ARG_ORDER = ("model", "tensor-parallel-size", "pipeline-parallel-size", "gpu-memory-utilization",
-                    "kv-cache-memory-bytes", "max-model-len", "max-num-seqs", "max-num-batched-tokens", "dtype",
-                    "quantization", "kv-cache-dtype", "block-size", "enable-expert-parallel", "enforce-eager")
+ENGINE_ARG_ORDER = ("model", "data-parallel-size", "tensor-parallel-size", "pipeline-parallel-size",
+                    "gpu-memory-utilization", "kv-cache-memory-bytes", "max-model-len", "max-num-seqs",
+                    "max-num-batched-tokens", "dtype", "quantization", "kv-cache-dtype", "block-size",
+                    "enable-expert-parallel", "enforce-eager")
 
 
 def _typed_value(key: str, value: Any) -> Any:

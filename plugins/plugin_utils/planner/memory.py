@@ -75,13 +75,14 @@ class Memory:
 
 
 def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
-                     act_bytes: int, expert_parallel: bool = False) -> int:
+                     act_bytes: int, expert_parallel: bool = False, dp: int = 1) -> int:
     """Transient peak of vLLM's profile run (dummy forward with max_num_batched_tokens tokens, then the
     sampler on min(max_num_seqs, tokens) rows of fp32 logits).
 
     The forward peak is the MLP: gate_up output (2*I/TP) plus the activation output (I/TP) for every
     token (MoE: per routed token and expert slot); hidden-state buffers add a few rows of hidden size.
     The sampler holds the fp32 logits and one working copy over the full (gathered) vocabulary.
+    ``dp``: an MoE's data-parallel ranks (1 for a dense model, whose ranks never meet).
     """
     tokens = max_num_batched_tokens
     h = spec.hidden_size
@@ -89,9 +90,14 @@ def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_
         # fused MoE: every token goes to top-k expert slots; with expert parallelism experts are whole
         # (not sliced by TP). Buffers: gate_up output (2N) + activation (N) per slot, the w13 workspace
         # (max(2N, hidden)) and the permute/unpermute copies of the hidden states.
+        # Data parallelism: the default all2all backend (allgather_reducescatter, vLLM 0.32 config/parallel.py:219)
+        # gathers every rank's hidden states and router logits before the experts ("Gather hidden_states and
+        # router_logits from all dp ranks", distributed/device_communicators/all2all.py:109-121), unchunked
+        # (forward_context.py:110-122): the experts see dp x tokens rows, every rank running the profile run's
+        # full batch. Without expert parallelism each expert is sliced over DP x TP (fused_moe/config.py:1097-1105).
         k = max(spec.experts_per_token, 1)
-        n = spec.moe_intermediate_size / (1 if expert_parallel else tp)
-        mlp = tokens * k * (3 * n + max(2 * n, h) + 2 * h) * act_bytes
+        n = spec.moe_intermediate_size / (1 if expert_parallel else tp * dp)
+        mlp = tokens * dp * k * (3 * n + max(2 * n, h) + 2 * h) * act_bytes
         if spec.shared_expert_intermediate_size:
             mlp += tokens * 3 * spec.shared_expert_intermediate_size / tp * act_bytes
     else:
@@ -125,16 +131,51 @@ def cuda_graph_bytes(spec: ModelSpec, layers_on_gpu: int, max_num_seqs: int, cc:
 
 
 def weights_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization,
-                      weights_total_bytes: int | None) -> list[int]:
-    """Weight bytes per GPU of each pipeline stage, scaled to the checkpoint's real size when known."""
-    per_stage = list(weights_bytes_per_gpu(spec, tp, pp, dense_bytes, quant))
-    if weights_total_bytes:
-        # Scale the architecture's split to the checkpoint's real size (safetensors index total_size).
-        arch_total = sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant))
-        if arch_total > 0:
-            scale = weights_total_bytes / arch_total
-            per_stage = [int(w * scale) for w in per_stage]
-    return per_stage
+                      weights_total_bytes: int | None, expert_shards: int | None = None) -> list[int]:
+    """Weight bytes per GPU of each pipeline stage, scaled to the checkpoint's real size when known
+    (``expert_shards``: the GPUs routed experts are spread over, default ``tp``)."""
+    per_stage = list(weights_bytes_per_gpu(spec, tp, pp, dense_bytes, quant, expert_shards))
+    scale = _checkpoint_scale(spec, dense_bytes, quant, weights_total_bytes)
+    return per_stage if scale is None else [int(w * scale) for w in per_stage]
+
+
+def _checkpoint_scale(spec: ModelSpec, dense_bytes: int, quant: Quantization,
+                      weights_total_bytes: int | None) -> float | None:
+    """The factor from the architecture's weight bytes to the checkpoint's real size (safetensors index
+    total_size), or None when that size is unknown."""
+    if not weights_total_bytes:
+        return None
+    arch_total = sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant))
+    return weights_total_bytes / arch_total if arch_total > 0 else None
+
+
+def eplb_bytes_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization,
+                         weights_total_bytes: int | None, expert_shards: int, redundant: int, buffers: int) -> list[int]:
+    """What EPLB adds to each pipeline stage's GPU before vLLM's memory profile, on top of :func:`weights_per_stage`.
+
+    vLLM 0.32 places ``num_experts + num_redundant_experts`` physical experts evenly over the expert-parallel group
+    (``model_executor/layers/fused_moe/layer.py:72-85, 248-268``: ``global_num_experts``, an even split required), so
+    each of the ``expert_shards`` GPUs holds ``redundant / expert_shards`` more experts in every MoE layer. Loading
+    the model (``v1/worker/gpu_model_runner.py:5046-5107``, before the profile) builds the EPLB state, which allocates
+    ``expert_buffer``, a copy of one MoE layer's local expert weights (``distributed/eplb/eplb_state.py:492``); the
+    profile run then reserves the communicator's buffers with another such copy unless the communicator is NIXL
+    (``distributed/eplb/rebalance_execute.py:704-718``). ``buffers`` is how many copies: 2, or 1 with NIXL.
+    Scaled to the checkpoint's real size like the weights.
+    """
+    q = quant or spec.quantization
+    per_expert = 3 * spec.hidden_size * spec.moe_intermediate_size * q.linear_bytes_per_param(dense_bytes)
+    local_physical = (spec.num_experts + redundant) / expert_shards
+    scale = _checkpoint_scale(spec, dense_bytes, quant, weights_total_bytes) or 1.0
+    result: list[int] = []
+    start = 0
+    for count in stage_layers(spec.num_layers, pp):
+        moe_layers = sum(1 for layer in range(start, start + count) if spec.is_moe and layer >= spec.dense_layers)
+        extra = moe_layers * redundant / expert_shards * per_expert
+        if moe_layers:
+            extra += buffers * local_physical * per_expert
+        result.append(int(extra * scale))
+        start += count
+    return result
 
 
 # --- The KV-cache layout ------------------------------------------------------------------------

@@ -132,15 +132,19 @@ class ModelSpec:
         kv = kv_per_head * self.kv_heads_per_gpu(tp)
         return (q + o) / tp + kv, 0.0
 
-    def mlp_params_per_layer(self, layer: int, tp: int = 1) -> tuple[float, float]:
-        """(expert params, dense params) of one MLP layer on one GPU (experts sharded over TP/EP)."""
+    def mlp_params_per_layer(self, layer: int, tp: int = 1, expert_shards: int | None = None) -> tuple[float, float]:
+        """(expert params, dense params) of one MLP layer on one GPU (experts sharded over TP/EP).
+
+        ``expert_shards``: the GPUs the routed experts are spread over (default ``tp``); with data parallelism vLLM
+        shards them over DP x TP (:func:`moe_expert_shards`), while shared experts and the router stay per rank.
+        """
         h = self.hidden_size
         mats = 3 if self.gated_mlp else 2
         if self.is_moe and layer >= self.dense_layers:
             experts = self.num_experts * 3 * h * self.moe_intermediate_size
             shared = 3 * h * self.shared_expert_intermediate_size
             router = h * self.num_experts
-            return experts / tp, shared / tp + router
+            return experts / (expert_shards or tp), shared / tp + router
         return 0.0, mats * h * self.intermediate_size / tp
 
     def mamba_params_per_layer(self, tp: int = 1) -> float:
@@ -402,14 +406,29 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
     )
 
 
+def moe_expert_shards(tp: int, dp: int) -> int:
+    """The GPUs an MoE layer's routed experts are spread over: DP x TP, with or without expert parallelism.
+
+    vLLM 0.32 ``model_executor/layers/fused_moe/config.py:1097-1105`` (``flatten_tp_across_dp_and_pcp``: "There are
+    actually dp_size * pcp_size * tp_size devices ... shard across all devices"), then ``:1218-1221``: with
+    ``--enable-expert-parallel`` ``ep_size`` is that flattened size (whole experts per GPU), without it each expert is
+    sliced over the same DP x TP GPUs. The EP group is formed the same way (``distributed/parallel_state.py:2289-2300``,
+    ranks reshaped into groups of ``data_parallel_size * prefill_context_model_parallel_size *
+    tensor_model_parallel_size``). ``dp`` counts data-parallel ranks over every host of the group; PCP is not planned.
+    """
+    return tp * dp
+
+
 @lru_cache(maxsize=4096)
 def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
-                          quant: Quantization | None = None) -> tuple[int, ...]:
+                          quant: Quantization | None = None, expert_shards: int | None = None) -> tuple[int, ...]:
     """Weight bytes on one GPU of each pipeline stage (max is what matters).
 
     Linear layers use the quantization's bytes per parameter; embeddings and lm_head stay in the
     checkpoint dtype; MLA latent projections and routers are replicated across TP ranks. Layers of the
     same kind weigh the same, so each kind is computed once and multiplied by its count per stage.
+    ``expert_shards``: the GPUs routed experts are spread over (default ``tp``; DP x TP under data parallelism,
+    :func:`moe_expert_shards`); everything else is split by ``tp`` and whole on every data-parallel rank.
     """
     q = quant or spec.quantization
     lin = q.linear_bytes_per_param(dense_bytes)
@@ -422,7 +441,7 @@ def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
         else:
             split, repl = spec.attention_params_per_layer(tp)
             total = (split + repl) * attn_b
-        experts, dense = spec.mlp_params_per_layer(layer, tp)
+        experts, dense = spec.mlp_params_per_layer(layer, tp, expert_shards)
         return total + experts * lin + dense * dense_mlp_b + 2 * spec.hidden_size * dense_bytes  # + norms
 
     cache: dict[tuple[str, bool], float] = {}

@@ -72,8 +72,11 @@ class Parallel:
     tensor_parallel_size: int
     pipeline_parallel_size: int
     replicas: int
+    # DP x TP x PP: every data-parallel rank of a replica runs in its one container. With data parallelism across
+    # ``nodes`` > 1 hosts it is ONE host's container: its DP / nodes local ranks x TP (PP is 1), not the group's GPUs.
     gpus_per_replica: int
     nodes: int
+    data_parallel_size: int = 1  # engines per replica, each of TP x PP GPUs (vLLM balances between them)
 
     def to_dict(self) -> dict[str, Any]:
         """The CONTRACT 2 mapping (the fields, in order)."""

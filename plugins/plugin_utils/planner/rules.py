@@ -85,6 +85,16 @@ VERIFIED: dict[str, dict[str, Source]] = {
                                                "--disable-cascade-attn is deprecated and has no effect"),
         "env:VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE": Source("vllm/envs.py", 923, 923,
                                                              '"VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE"'),
+        # EPLB (planner/memory.py eplb_bytes_per_stage, gpu_lane.py eplb_inputs): E + R physical experts, one layer's
+        # local experts as the migration buffer before the profile, another copy reserved by the profile run.
+        "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 78, 78,
+                                        "global_num_experts = num_experts + num_redundant_experts"),
+        "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
+                              "expert_buffer = [torch.empty_like(w) for w in model.expert_weights[0]]"),
+        "eplb_profile_reservation": Source("vllm/distributed/eplb/rebalance_execute.py", 705, 705,
+                                           "if communicator.needs_profile_buffer_reservation:"),
+        "eplb_needs_expert_parallel": Source("vllm/config/parallel.py", 566, 566,
+                                             "enable_expert_parallel must be True to use EPLB."),
     },
     "0.33.0": {
         "gpu_memory_utilization": Source("vllm/config/cache.py", 215, 215,
@@ -108,6 +118,16 @@ VERIFIED: dict[str, dict[str, Source]] = {
                                                        '"max_parallel_loading_workers is currently "'),
         "ignored:disable_cascade_attn": Source("vllm/engine/arg_utils.py", 474, 477,
                                                "--disable-cascade-attn is deprecated and has no effect"),
+        # EPLB (planner/memory.py eplb_bytes_per_stage, gpu_lane.py eplb_inputs): E + R physical experts, one layer's
+        # local experts as the migration buffer before the profile, another copy reserved by the profile run.
+        "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 82, 82,
+                                        "global_num_experts = num_experts + num_redundant_experts"),
+        "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
+                              "expert_buffer = [torch.empty_like(w) for w in model.expert_weights[0]]"),
+        "eplb_profile_reservation": Source("vllm/distributed/eplb/rebalance_execute.py", 705, 705,
+                                           "if communicator.needs_profile_buffer_reservation:"),
+        "eplb_needs_expert_parallel": Source("vllm/config/parallel.py", 570, 570,
+                                             "enable_expert_parallel must be True to use EPLB."),
         "ignored:mamba_cache_mode": Source("vllm/engine/arg_utils.py", 462, 465,
                                            "It has no effect: Mamba prefix caching follows --enable-prefix-caching"),
         "added:monokernel": Source("vllm/engine/arg_utils.py", 779, 779, "monokernel: bool"),
@@ -302,6 +322,9 @@ CPU_ATTENTION_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192,
 #: ``vllm serve --port`` default, and the multi-node ``--master-port`` default (config/parallel.py ``master_port``).
 DEFAULT_SERVE_PORT = 8000
 DEFAULT_MASTER_PORT = 29501
+#: The ``--data-parallel-rpc-port`` default (vLLM 0.32 ``config/parallel.py:160`` ``data_parallel_rpc_port``): the port
+#: on a multi-node data-parallel head where every node's engines hand shake (``v1/engine/utils.py:1313-1328``).
+DEFAULT_DP_RPC_PORT = 29550
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,14 @@ class Schedule:
     seqs_reason: str
     tokens_reason: str
 
-    def record(self, d: Decision) -> None:
-        """Emit both engine args."""
-        d.set("max-num-seqs", self.max_num_seqs, self.seqs_reason)
-        d.set("max-num-batched-tokens", self.max_num_batched_tokens, self.tokens_reason)
+    def record(self, d: Decision, dp: int = 1) -> None:
+        """Emit both engine args (``dp``: the data-parallel engines that each apply them)."""
+        # Each data-parallel rank is its own engine with its own scheduler (vLLM 0.32 v1/engine/core.py:1473-1482),
+        # so both limits apply per rank ("max_num_seqs, which applies per data-parallel rank", config/scheduler.py:99)
+        # and vLLM's own defaults come from TP x PP alone (engine/arg_utils.py:3103).
+        note = f"; per data-parallel rank (each of the {dp} engines schedules its own)" if dp > 1 else ""
+        d.set("max-num-seqs", self.max_num_seqs, self.seqs_reason + note)
+        d.set("max-num-batched-tokens", self.max_num_batched_tokens, self.tokens_reason + note)
 
 
 def _max_num_seqs(ctx: PlanInputs, defaults: SchedulerDefaults, kv_tokens_estimate: int) -> tuple[int, str]:

@@ -85,7 +85,7 @@ REMOVED_VARIABLES: dict[str, str] = {
 
 #: Variables that hold a port a vLLM host listens on (the playbook reads the ones that are defined).
 DEFAULT_PORT_VARIABLES: tuple[str, ...] = (
-    "vllm_serve_port", "vllm_serve_ports", "vllm_serve_master_port", "vllm_lb_port",
+    "vllm_serve_port", "vllm_serve_ports", "vllm_serve_master_port", "vllm_serve_dp_rpc_port", "vllm_lb_port",
     "monitoring_node_exporter_port", "monitoring_dcgm_exporter_port", "monitoring_prometheus_port",
 )
 _PORT_VARIABLES_ERROR = "vllm_fleet_port_variables must be a list of variable names"
@@ -148,17 +148,26 @@ _SERVE_OWNED: dict[str, str] = {
 }
 #: Engine arguments vllm-fleet does not model yet: passed through, every container of the layout would get the same
 #: value and none could start (or the memory plan would not hold). Refused with what to do instead.
-_DP_ADVICE = ("data parallelism is not modelled yet: every container of the layout would get it, each waiting for "
-              "peers that are never started, and none could start; serve more replicas instead (the layout runs one "
-              "replica per tensor-parallel group and the load balancer spreads requests over them)")
+#: ``data_parallel_size`` alone is modelled, with vLLM balancing between the ranks: every rank in one container on one
+#: host, or over the hosts of a multi-node group, where the layout computes each node's size-local, start rank, the
+#: head's address and the RPC port (``deploy/launch.py`` ``data_parallel_commands``). Hybrid and external
+#: load-balanced data parallelism are not modelled.
+_DP_ADVICE = ("only data_parallel_size is modelled (every rank in one container on one host, or over the hosts of a "
+              "multi-node group with the size-local, start rank, address and RPC port computed by the layout; the "
+              "RPC port is vllm_serve_dp_rpc_port), vLLM balancing between the ranks; hybrid and external "
+              "load-balanced data parallelism are not modelled yet: every container of the layout would get this, "
+              "each waiting for peers that are never started, and none could start; pin data_parallel_size alone, or "
+              "serve more replicas instead (the layout runs one replica per DP x TP group and the load balancer "
+              "spreads requests over them)")
 NOT_MODELLED: dict[str, str] = {
     **{name: _DP_ADVICE for name in (
-        "data_parallel_size", "data_parallel_size_local", "data_parallel_rank", "data_parallel_start_rank",
+        "data_parallel_size_local", "data_parallel_rank", "data_parallel_start_rank",
         "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend", "data_parallel_hybrid_lb",
         "data_parallel_external_lb", "data_parallel_multi_port_external_lb")},
-    "enable_eplb": ("EPLB's redundant experts are not budgeted in the memory plan (the KV cache would be sized as if "
-                    "they took no memory): leave it out until the planner models it"),
 }
+#: Options the planner budgets when they are pinned in vllm_fleet_engine_args (EPLB's redundant experts and migration
+#: buffers: planner/gpu_lane.py eplb_inputs), so vllm_fleet_extra_args must not carry them past it.
+PIN_AS_ENGINE_ARGS = frozenset({"enable_eplb", "eplb_config"})
 #: Name words that mark a secret wherever they appear (``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``).
 _SECRET_WORDS = {"SECRET", "PASSWORD", "PASSWD"}
 #: Name words that mark a Hugging Face token when the name ends in TOKEN.
@@ -334,7 +343,7 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
             errors.append(f"{host}: {var} key {key!r} must be snake_case (e.g. gpu_memory_utilization)")
             continue
         removed = rules.removed_arg(key)
-        if key in NOT_MODELLED and not (key == "data_parallel_size" and value == 1):
+        if key in NOT_MODELLED:
             errors.append(f"{where} = {value!r} is refused: {NOT_MODELLED[key]}")
         elif removed is not None and removed.ignored:
             errors.append(f"{where} is accepted but ignored by vLLM {rules.series}: {_advice(removed)}")
@@ -362,6 +371,34 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
                 errors.append(f"{where} must be true or false, got {_type_name(value)} {value!r}")
         elif key in choices and value not in choices[key]:
             errors.append(f"{where} = {value!r} is not one of {', '.join(choices[key])}")
+    return errors
+
+
+def check_data_parallel_groups(hosts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Data parallelism across a multi-node group needs the same ``data_parallel_size`` on every host of the group.
+
+    :param hosts: ``{host: {"multinode_group": str | None, "engine_args": vllm_fleet_engine_args}}`` in inventory
+        order (the first host of a group is its rank 0, which the others are compared with)
+    :returns: one line per host whose value differs from its group's rank 0 (unset counts as 1)
+    """
+    groups: dict[str, list[str]] = {}
+    for host, item in hosts.items():
+        if item.get("multinode_group"):
+            groups.setdefault(str(item["multinode_group"]), []).append(host)
+
+    def size(host: str) -> Any:
+        args = hosts[host].get("engine_args")
+        return args.get("data_parallel_size", 1) if isinstance(args, Mapping) else 1
+
+    errors: list[str] = []
+    for group, members in groups.items():
+        head = members[0]
+        for host in members[1:]:
+            if size(host) != size(head):
+                errors.append(f"{host}: vllm_fleet_engine_args.data_parallel_size = {size(host)!r} but {head} (rank 0 "
+                              f"of multi-node group {group!r}) has {size(head)!r}: the group's hosts run one data-"
+                              f"parallel instance together; set the same data_parallel_size on every host of the "
+                              f"group ({', '.join(members)}), e.g. in their group_vars")
     return errors
 
 
@@ -448,11 +485,14 @@ def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = N
                           f"(exit 2, unrecognized arguments): {_advice(removed, 'vllm_fleet_engine_args.')}")
         elif name is None:
             continue
-        elif name in NOT_MODELLED and name != "data_parallel_size":
+        elif name in NOT_MODELLED:
             errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which is refused: {NOT_MODELLED[name]}")
         elif name in planned:
             errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
                           f"pin it as vllm_fleet_engine_args.{name} instead (it is then validated)")
+        elif name in PIN_AS_ENGINE_ARGS:
+            errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which changes the memory plan: pin it as "
+                          f"vllm_fleet_engine_args.{name} instead (the planner then budgets it and checks the layout)")
         elif name not in known and covers(vllm_version):
             errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM {rules.series} does not know"
                           f"{_did_you_mean(name, known, _as_flag)}: fix the flag (vllm serve exits 2 on an "
@@ -864,7 +904,7 @@ def _homogeneity_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
     mem = sorted({g.get("memory_total_mib") for g in facts.get("gpus") or [] if isinstance(g, Mapping)},
                  key=str)
     return (facts.get("gpu_name"), facts.get("gpu_count"), tuple(mem),
-            par.get("tensor_parallel_size"), par.get("pipeline_parallel_size"))
+            par.get("tensor_parallel_size"), par.get("pipeline_parallel_size"), par.get("data_parallel_size", 1))
 
 
 def check_multinode(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -883,7 +923,8 @@ def check_multinode(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
     for group, hosts in sorted(groups.items()):
         keys = {h: _homogeneity_key(records[h]) for h in hosts}
         if len(set(keys.values())) > 1:
-            desc = "; ".join(f"{h}: {k[1]}x {k[0]} TP{k[3]} PP{k[4]}" for h, k in sorted(keys.items()))
+            desc = "; ".join(f"{h}: {k[1]}x {k[0]} " + (f"DP{k[5]} " if k[5] != 1 else "") + f"TP{k[3]} PP{k[4]}"
+                             for h, k in sorted(keys.items()))
             errors.append(f"multi-node group {group}: hosts differ ({desc}): a TP/PP group needs identical "
                           "GPUs, GPU counts and plans on every node")
             continue
@@ -898,7 +939,10 @@ def check_multinode(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
                           f"{len(hosts)} ({', '.join(hosts)})")
         gpus = (head.get("facts") or {}).get("gpu_count") or 0
         per_replica = par.get("gpus_per_replica")
-        if _is_int(per_replica) and gpus and nodes > 1 and per_replica != nodes * gpus:
+        # Data parallelism across the nodes: gpus_per_replica is one node's (its local ranks x TP), which the planner
+        # checked against the node's GPUs; only TP x PP across nodes must fill them.
+        across = (par.get("data_parallel_size") or 1) == 1
+        if across and _is_int(per_replica) and gpus and nodes > 1 and per_replica != nodes * gpus:
             errors.append(f"multi-node group {group}: TP x PP = {per_replica} GPUs does not fill {nodes} nodes "
                           f"of {gpus} GPUs: make TP x PP a multiple of the GPUs per node")
     return errors
@@ -928,6 +972,36 @@ def check_multinode_facts(records: Mapping[str, Mapping[str, Any]]) -> list[str]
     except RolloutError as exc:
         errors.append(str(exc))
     return errors
+
+
+_FALSE_WORDS = ("false", "no", "off", "0")
+_TRUE_WORDS = ("true", "yes", "on", "1")
+
+
+def check_image_ray(host: str, launch: Mapping[str, Any], image_ray: Any) -> tuple[list[str], list[str]]:
+    """``(errors, warnings)`` about Ray in the image of a host whose launch record runs the Ray launcher.
+
+    The image stage installs Ray exactly there (its ``vllm_image_ray`` follows ``launch.image.ray``), so the only way
+    to a Ray node without Ray is the inventory's own ``vllm_image_ray: false``: refused. A pinned ``vllm_serve_image``
+    cannot be looked into from here: a warning says it must contain Ray.
+
+    :param launch: the host's launch record (``deploy/launch.py`` ``launch_record``)
+    :param image_ray: the host's ``vllm_image_ray`` as the inventory sets it (None: not set)
+    """
+    image = launch.get("image") or {}
+    if image_ray is not None and not isinstance(image_ray, bool) and str(image_ray).strip().lower() not in (
+            *_FALSE_WORDS, *_TRUE_WORDS):
+        return [f"{host}: vllm_image_ray must be true or false, got {_type_name(image_ray)} {image_ray!r}"], []
+    if not image.get("ray"):
+        return [], []
+    if image_ray is False or (isinstance(image_ray, str) and image_ray.strip().lower() in _FALSE_WORDS):
+        return [f"{host}: its multi-node group runs the Ray launcher (vllm_serve_multinode_backend: ray) but "
+                "vllm_image_ray is false, so its image would have no Ray: remove vllm_image_ray (the image stage "
+                "then installs the Ray of the compatibility table) or set vllm_serve_multinode_backend: mp"], []
+    if image.get("ref"):
+        return [], [f"{host}: runs the Ray launcher on the pinned image {image['ref']} (vllm_serve_image): it must "
+                    "contain Ray (the `ray` command); the image stage installs Ray only into the images it builds"]
+    return [], []
 
 
 ImageChecker = Callable[[Mapping[str, Any], Mapping[str, Any]], "str | None"]

@@ -107,6 +107,8 @@ def host_input(
         "secret_names": secrets,
         "ports": dict(ports or {}),
         "image_cuda": variables.get("vllm_fleet_image_cuda_version"),
+        # Only when the inventory sets it (checked against a Ray launch in fleet_launch).
+        **({"image_ray": variables["vllm_image_ray"]} if variables.get("vllm_image_ray") is not None else {}),
         "feedback": feedback,
         "network": dict(network) if isinstance(network, Mapping) else None,
     }
@@ -153,7 +155,15 @@ def fleet_launch(
     groups = _groups(hosts)
     memo: dict[str, dict[str, Any]] = {}
     plans: dict[str, dict[str, Any]] = {}
+    mismatched = checks.check_data_parallel_groups(
+        {host: {"multinode_group": item.get("multinode_group"),
+                "engine_args": (item.get("options") or {}).get("engine_args")} for host, item in hosts.items()})
+    errors += mismatched
+    unplanned = {str(item.get("multinode_group")) for host, item in hosts.items()
+                 if any(line.startswith(f"{host}: ") for line in mismatched)}
     for host, item in hosts.items():
+        if item.get("multinode_group") and str(item["multinode_group"]) in unplanned:
+            continue  # its group's data_parallel_size differs between hosts (refused above)
         try:
             options = dict(item.get("options") or {})
             group = item.get("multinode_group")
@@ -199,6 +209,9 @@ def fleet_launch(
                 gpu_indexes=_gpu_indexes(item.get("facts") or {}),
                 head_port=int(hosts[nodes[0]]["settings"]["port"]),
                 network=net,
+                # Data parallelism across the group: the head binds its RPC socket on this IP (its vllm_fleet_env
+                # VLLM_HOST_IP when set, as node_network announces it; else its address).
+                data_parallel_address=str((hosts[nodes[0]].get("env") or {}).get("VLLM_HOST_IP") or addresses[0]),
             )
         except NetworkError as exc:
             errors.append(str(exc))
@@ -209,12 +222,23 @@ def fleet_launch(
         except Exception as exc:
             errors.append(unexpected(host, "laying out its replicas", exc))
             continue
+        ray_errors, ray_warnings = checks.check_image_ray(host, launch, item.get("image_ray"))
+        if ray_errors:
+            errors += ray_errors
+            continue
+        warnings += ray_warnings
+        ports = dict(item.get("ports") or {})
+        data_parallel = launch["replicas"][0].get("data_parallel") if launch["replicas"] else None
+        if data_parallel and launch["node_rank"] == 0:
+            # The head of data parallelism across the group binds the RPC port: checked with the host's other ports
+            # (check_ports) even when vllm_serve_dp_rpc_port is left at its default.
+            ports.setdefault("vllm_serve_dp_rpc_port", data_parallel["rpc_port"])
         records[host] = {
             "sku": item.get("sku"),
             "facts": item.get("facts"),
             "plan": plan,
             "multinode_group": item.get("multinode_group"),
-            "ports": item.get("ports") or {},
+            "ports": ports,
             "image_cuda": item.get("image_cuda"),
             "feedback": item.get("feedback"),
             "launch": launch,

@@ -172,6 +172,7 @@ def _row_data(host: str, rec: Mapping[str, Any]) -> dict[str, Any]:
         "gpus": _gpus(facts),
         "device": plan.get("device", ""),
         "vllm": str(plan.get("vllm_version") or "–"),
+        "dp": par.get("data_parallel_size", 1),
         "tp": par.get("tensor_parallel_size", 1),
         "pp": par.get("pipeline_parallel_size", 1),
         "nodes": par.get("nodes", 1),
@@ -253,7 +254,7 @@ def render_html(records: Mapping[str, Mapping[str, Any]], title: str = "vllm-fle
             f"{esc(f)}{(' ' + esc(v)) if v is not None else ''}</code> "
             for f, v in _flag_pairs(row["cli_args"])
         )
-        parallel = f"TP{row['tp']} x PP{row['pp']}"
+        parallel = (f"DP{row['dp']} x " if row["dp"] != 1 else "") + f"TP{row['tp']} x PP{row['pp']}"
         if row["nodes"] and row["nodes"] != 1:
             parallel += f" over {row['nodes']} nodes ({esc(row['group'])})"
         if row["replicas"] and row["replicas"] != 1:

@@ -9,8 +9,9 @@ generator (stdlib http.client, threads, with the key) sends completions through 
 2. a flag the planner accepts but vLLM cannot start with (a tokenizer path that does not exist) stops at the
    canary, which is rolled back; the fleet keeps serving: zero failed requests.
 
-A watcher polls HAProxy's stats (CSV) twice a second through both: every server leaves rotation (DRAIN/MAINT/
-DOWN) exactly once, never more at once than the rollout batch, at least one stays UP throughout, all are UP at
+A watcher polls HAProxy's stats (CSV) twice a second through both: every server is taken out of rotation
+exactly once by the rollout (DRAIN/MAINT; a health check that fails for a few seconds on the busy machine is
+reported, not counted), never more at once than the rollout batch, at least one stays UP throughout, all are UP at
 the end and each takes new sessions after it came back; requests keep completing while servers are out. The
 load balancer retries and redispatches, so "0 failed" alone would not show that the drain works: these do.
 
@@ -154,13 +155,23 @@ class LbWatch:
     def is_up(status: str) -> bool:
         return status.startswith("UP")  # "UP", or "UP 1/3" (still serving, a check failed)
 
-    def out_periods(self) -> dict[str, list[tuple[float, float]]]:
-        """Per server, the [start, end) times it was out of rotation (DRAIN, MAINT, DOWN, NOLB...)."""
+    @staticmethod
+    def is_set_out(status: str) -> bool:
+        return status.startswith(("DRAIN", "MAINT"))  # taken out by the rollout (HAProxy's runtime API)
+
+    @classmethod
+    def is_out(cls, status: str, set_out: bool) -> bool:
+        """Out of rotation: taken out by the rollout (``set_out``), or for any reason (a failed health check too)."""
+        return cls.is_set_out(status) if set_out else not cls.is_up(status)
+
+    def out_periods(self, set_out: bool = False) -> dict[str, list[tuple[float, float]]]:
+        """Per server, the [start, end) times it was out of rotation (DRAIN, MAINT, DOWN, NOLB...); with
+        ``set_out``, only the times the rollout itself took it out (DRAIN, MAINT), not a failed health check."""
         periods: dict[str, list[tuple[float, float]]] = {name: [] for name in HOSTS}
         since: dict[str, float] = {}
         for t, servers in self.samples:
             for name in HOSTS:
-                up = self.is_up(servers.get(name, ("MISSING", 0))[0])
+                up = not self.is_out(servers.get(name, ("MISSING", 0))[0], set_out)
                 if not up and name not in since:
                     since[name] = t
                 elif up and name in since:
@@ -170,15 +181,31 @@ class LbWatch:
             periods[name].append((start, end))
         return periods
 
-    def most_out_at_once(self) -> int:
-        return max(sum(not self.is_up(s.get(n, ("MISSING", 0))[0]) for n in HOSTS) for _t, s in self.samples)
+    def most_out_at_once(self, set_out: bool = True) -> int:
+        """The most servers out of rotation in one sample: taken out by the rollout (DRAIN, MAINT), or with
+        ``set_out=False`` out for any reason (a failed health check too)."""
+        return max(sum(self.is_out(s.get(n, ("MISSING", 0))[0], set_out) for n in HOSTS) for _t, s in self.samples)
+
+    def check_blips(self, set_out: dict[str, list[tuple[float, float]]]) -> dict[str, list[float]]:
+        """Out-of-rotation periods outside the rollout's own (a health check that failed on a busy machine: DOWN),
+        per server, in seconds."""
+        blips: dict[str, list[float]] = {}
+        for name, periods in self.out_periods().items():
+            for start, end in periods:
+                if not any(a <= end and start <= b for a, b in set_out[name]):
+                    blips.setdefault(name, []).append(round(end - start, 1))
+        return blips
 
     def summary(self) -> dict[str, Any]:
         periods = self.out_periods()
         statuses = {n: sorted({s.get(n, ("MISSING", 0))[0] for _t, s in self.samples}) for n in HOSTS}
         out_s = {n: [round(b - a, 1) for a, b in p] for n, p in periods.items()}
+        set_out = self.out_periods(set_out=True)
         return {"samples": len(self.samples), "out_periods_s": out_s,
+                "set_out_periods_s": {n: [round(b - a, 1) for a, b in p] for n, p in set_out.items()},
+                "check_blips_s": self.check_blips(set_out),
                 "statuses_seen": statuses, "most_out_at_once": self.most_out_at_once(),
+                "most_out_at_once_any_reason": self.most_out_at_once(set_out=False),
                 "stats_errors": self.errors[:5]}
 
 
@@ -205,6 +232,18 @@ def _engine_args(**pins: Any) -> str:
     return json.dumps({"vllm_fleet_engine_args": dict(ENGINE_ARGS, **pins)})
 
 
+def _docker_health(name: str, wait_s: float = 120.0) -> str:
+    """Docker's health status once it settles: the gate has passed, but Docker's own check (a Python process every
+    5 s, three failures in a row) can read "unhealthy" for a while when the 2-core machine is saturated; a replica
+    that stays unhealthy for two minutes fails."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        status: str = inspect(name)["State"]["Health"]["Status"]
+        if status == "healthy" or time.monotonic() > deadline:
+            return status
+        time.sleep(5)
+
+
 def test_rolling_update_drops_no_request(lab: Lab) -> None:
     before = {name: inspect(name)["Id"] for name in HOSTS}
     planned = lab.records()[CANARY]["launch"]["replicas"][0]["engine_args"]["max-num-seqs"]
@@ -215,7 +254,7 @@ def test_rolling_update_drops_no_request(lab: Lab) -> None:
         time.sleep(10)  # the last batch back in rotation takes new sessions
     elapsed = time.monotonic() - start
     figures = load.report()
-    periods = watch.out_periods()
+    periods = watch.out_periods(set_out=True)
     while_out = _completed_while_out(load, periods)
     _record("rolling_update", dict(figures, seconds=round(elapsed), completed_while_out=while_out,
                                    req_per_s=round(figures["sent"] / elapsed, 2), lb=watch.summary()))
@@ -226,13 +265,16 @@ def test_rolling_update_drops_no_request(lab: Lab) -> None:
         assert after[name] != before[name], f"{name} was not recreated"
         assert records[name]["launch"]["replicas"][0]["engine_args"]["max-num-seqs"] == 4
         assert lab.engine_config(name) == records[name]["launch"]["replicas"][0]["engine_args"]
-        assert inspect(name)["State"]["Health"]["Status"] == "healthy"
+        assert _docker_health(name) == "healthy"
     assert containers() == sorted(HOSTS), "a -prev container was left behind"
-    # What the load balancer saw: each server out of rotation exactly once (drained, replaced, put back),
-    # never more at once than the rollout's batch (the canary alone, then b and c: two cores, see conftest),
-    # always one serving, all UP at the end, and each took new sessions after it came back.
+    # What the load balancer saw: each server taken out of rotation by the rollout exactly once (drained, replaced,
+    # put back), never more at once than the rollout's batch (the canary alone, then b and c: two cores, see
+    # conftest), always one serving, all UP at the end, and each took new sessions after it came back. A health
+    # check that fails for a few seconds while a neighbour starts on the busy 2-core machine (DOWN, not the
+    # rollout's DRAIN/MAINT; seen in CI with 1 s checks) is reported, and must stay short.
     assert not watch.errors, watch.errors
     assert all(len(periods[name]) == 1 for name in HOSTS), watch.summary()
+    assert all(s <= 15 for blips in watch.check_blips(periods).values() for s in blips), watch.summary()
     assert 1 <= watch.most_out_at_once() <= 2, watch.summary()
     canary_back = periods[CANARY][0][1]
     assert all(periods[name][0][0] >= canary_back for name in HOSTS if name != CANARY), "went past the canary early"
@@ -257,7 +299,7 @@ def test_broken_flag_stops_at_the_canary_and_rolls_back(lab: Lab) -> None:
         time.sleep(2)
     elapsed = time.monotonic() - start
     figures = load.report()
-    periods = watch.out_periods()
+    periods = watch.out_periods(set_out=True)
     _record("rollback", dict(figures, seconds=round(elapsed), completed_while_out=_completed_while_out(load, periods),
                              req_per_s=round(figures["sent"] / elapsed, 2), lb=watch.summary()))
     assert result.returncode != 0, result.stdout[-3000:]
@@ -270,14 +312,16 @@ def test_broken_flag_stops_at_the_canary_and_rolls_back(lab: Lab) -> None:
         assert other not in counts or counts[other]["changed"] == 0, "the rollout went past the canary"
     # The canary runs its previous container again (same id, same engine config); the others were not touched.
     assert inspect(CANARY)["Id"] == before[CANARY]["Id"]
-    assert inspect(CANARY)["State"]["Health"]["Status"] == "healthy"
+    assert _docker_health(CANARY) == "healthy"
     assert "tokenizer" not in lab.engine_config(CANARY)
     for other in list(HOSTS)[1:]:
         assert inspect(other)["State"]["StartedAt"] == before[other]["State"]["StartedAt"]
     assert containers() == sorted(HOSTS)
-    # Only the canary left rotation, once, and it is back; the restored replica answers on its own port.
+    # Only the canary was taken out of rotation, once, and it is back (a failed health check of a few seconds on
+    # the busy machine is reported, not counted); the restored replica answers on its own port.
     assert not watch.errors, watch.errors
     assert len(periods[CANARY]) == 1 and all(not periods[n] for n in HOSTS if n != CANARY), watch.summary()
+    assert all(s <= 15 for blips in watch.check_blips(periods).values() for s in blips), watch.summary()
     assert all(watch.is_up(watch.samples[-1][1][name][0]) for name in HOSTS), watch.summary()
     assert LbWatch.is_up(LbWatch.read()[CANARY][0])
     assert _direct_completion(HOSTS[CANARY])["choices"], "the restored replica does not answer"

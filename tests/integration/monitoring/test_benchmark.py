@@ -93,10 +93,11 @@ def test_baseline_then_no_regression_then_slowed_flagged(
     assert "this run is now the baseline" in (run_dirs[0] / "summary.md").read_text()
 
     # Second run, same server: no regression. This machine is shared (load average 10-17 on 2 cores while
-    # the team works), so a run that lands in a busier minute can look slower; as an operator would, a
-    # flagged run is re-run once, and only a regression that reproduces counts.
+    # the team works; make test runs the fleet lab's rollouts beside this test), so a run that lands in a busier
+    # minute can look slower; as an operator would, a flagged run is re-run (up to twice), and only a regression
+    # that reproduces every time counts. The slowed server below must be flagged at the first try.
     runs = []
-    for _attempt in range(2):
+    for _attempt in range(3):
         second = _run_playbook(tmp_path, vllm_server.port, library)
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         runs = _runs(library)

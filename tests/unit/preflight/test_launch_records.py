@@ -126,7 +126,7 @@ def test_a_multinode_node_without_network_facts_stops_a_deploy_and_warns_a_plan(
                           vllm_fleet_engine_args={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
              for name, addr in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"))}
     deploying = fleet_launch(hosts, check_image=False)
-    assert [e.split(":")[0] for e in deploying["errors"]] == ["n1", "n2"]
+    assert [e.split(":", maxsplit=1)[0] for e in deploying["errors"]] == ["n1", "n2"]
     assert all("no network facts" in e and "NCCL_SOCKET_IFNAME" in e for e in deploying["errors"])
     planning = fleet_launch(hosts, check_image=False, planning=True)
     assert planning["errors"] == [] and len(planning["warnings"]) == 2
