@@ -1,5 +1,5 @@
-"""provision_fleet verifier: three hosts, one run; --check changes nothing; a host that dies mid-run
-fails alone and the summary names it."""
+"""provision_fleet verifier: three hosts, one run; --check changes nothing; a real second converge changes nothing
+on the hosts that finish it, while a host that dies mid-run fails alone and the summary names it."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def test_check_mode_on_converged_fleet_changes_nothing():
 
 
 def test_host_dying_mid_run_fails_alone():
-    """Last test: kills vf-prov-fleet-2 when the run reaches host_tuning (all hosts in one batch)."""
+    """Last test: kills vf-prov-fleet-2 when the run reaches host_tuning (all hosts in one batch). The run is the
+    fleet's second real converge: the two hosts that finish it report changed=0."""
     inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
     cmd = ["ansible-playbook", "-i", str(inventory), str(PLAYBOOK), "-e", '{"provision_serial": 3}']
@@ -60,6 +61,7 @@ def test_host_dying_mid_run_fails_alone():
     assert proc.returncode != 0  # a host failed: the run says so in its exit status
     for name in ("vf-prov-fleet-1", "vf-prov-fleet-3"):
         assert recap[name]["failed"] == 0 and recap[name]["unreachable"] == 0, f"{name}: {recap[name]}"
+        assert recap[name]["changed"] == 0, f"the second converge changed {name}: {recap[name]}"
     dead = recap["vf-prov-fleet-2"]
     assert dead["failed"] + dead["unreachable"] >= 1, dead
     assert "Provisioned 2 of 3 hosts; failed or unreachable: vf-prov-fleet-2" in output, output[-3000:]
