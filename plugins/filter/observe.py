@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import upstream_dashboards as ud
 
 # ---- monitoring -----------------------------------------------------------------------------------
 
@@ -22,6 +23,9 @@ def monitoring_alert_rules(
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
+
+# The vLLM versions the fleet's launch records run (for vLLM's own dashboards): the function itself.
+monitoring_vllm_versions = ud.fleet_versions
 
 # Per-host target descriptions from the inventory (address, vLLM ports, node exporter, DCGM): no adaptation
 # needed, so the filter is the function itself.
@@ -92,6 +96,7 @@ class FilterModule:
         return {
             "monitoring_alert_rules": monitoring_alert_rules,
             "monitoring_targets": monitoring_targets,
+            "monitoring_vllm_versions": monitoring_vllm_versions,
             "monitoring_scrape_configs": monitoring_scrape_configs,
             "monitoring_dashboard": monitoring_dashboard,
             "autotune_grid": autotune_grid,

@@ -4,12 +4,16 @@ Proves, against the live series rather than a list of names:
 - a PromQL query through Prometheus' HTTP API returns `vllm:` series with the scrape job's `host` label;
 - every alert rule evaluates without error on the real data (rule health "ok");
 - every dashboard query references only series present in the real /metrics (DCGM names aside: no GPU
-  here) and returns data through Prometheus.
+  here) and returns data through Prometheus;
+- every query of vLLM's own dashboards for 0.32.0 (read out of the release's source archive on the package index,
+  as the monitoring role's vllm_dashboards step reads them) references only series the real server exports and
+  evaluates through Prometheus, its Grafana variables set the way Grafana would.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +30,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "collections"))
 
+from ansible_collections.vllm_fleet.fleet.plugins.action import vllm_dashboards as upstream_action  # noqa: E402
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import upstream_dashboards as ud  # noqa: E402
 
 from tests.integration._helpers import free_port  # noqa: E402
 
@@ -175,3 +181,42 @@ def test_every_vllm_dashboard_query_returns_data(prometheus: Prometheus, traffic
         if any(n.startswith("DCGM_") for n in names):
             continue  # no GPU, no DCGM exporter on this machine
         assert prometheus.query(expr), f"dashboard query returned nothing: {expr}"
+
+
+@pytest.fixture(scope="module")
+def vllm_dashboards() -> dict[str, dict[str, Any]]:
+    """vLLM 0.32.0's own dashboards, fetched and checked as the monitoring role's vllm_dashboards step does it."""
+    rel = ud.release("0.32.0")
+    indexes, cafile = upstream_action.pip_indexes()
+    path, _source = upstream_action.fetch_sdist(rel, "~/.cache/vllm-fleet/vllm-sdist", indexes, cafile)
+    return upstream_action.read_dashboards(path, rel)
+
+
+def _as_grafana_sends(expr: str, model_name: str) -> str:
+    """A dashboard query with Grafana's variables set: the model variable to the served model, the intervals."""
+    expr = re.sub(r"\$\{?(model_name|Deployment_id)\}?", re.escape(model_name), expr)
+    for name, value in (("__rate_interval", "1m"), ("__interval", "15s"), ("__range", "5m")):
+        expr = re.sub(r"\$\{?" + name + r"\}?", value, expr)
+    assert "$" not in expr, f"a Grafana variable left in {expr}"
+    return expr
+
+
+def test_vllms_own_dashboards_query_real_series(
+    vllm_server: Any, prometheus: Prometheus, traffic: None, vllm_dashboards: dict[str, dict[str, Any]]
+) -> None:
+    status, text = vllm_server.get("/metrics")
+    assert status == 200
+    real = _metric_names(text)
+    answered = total = 0
+    for key, model in vllm_dashboards.items():
+        exprs = ud.queries(model)
+        assert exprs, f"{key}: no queries"
+        for expr in exprs:
+            names = {n for n in mr.series_names(expr) if n.startswith("vllm:")}
+            assert names, f"{key}: {expr} reads no vllm: series"
+            assert names <= real, f"{key}: {expr} reads {sorted(names - real)}, which vLLM 0.32 does not export"
+            total += 1
+            answered += bool(prometheus.query(_as_grafana_sends(expr, vllm_server.model)))
+    assert answered >= total // 2, f"only {answered} of {total} upstream dashboard queries returned data"
+    print(f"\n[monitoring] vLLM 0.32.0's own dashboards: {total} queries, every series exported by the real "
+          f"server, all evaluate through Prometheus, {answered} return data after 6 completions")
