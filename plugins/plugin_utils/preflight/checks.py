@@ -852,8 +852,9 @@ def check_machines(hosts: Mapping[str, Mapping[str, Any]], lbs: Mapping[str, Map
                    ) -> list[str]:
     """The machines behind the inventory names: none listed twice, no port or container name used twice.
 
-    :param hosts: vLLM hosts, ``{name: {"address": str, "gpu_uuids": [str], "ports": [int], "containers": [str]}}``
-        (every replica port and container name the host will run; :func:`gpu_uuids` of its facts)
+    :param hosts: vLLM hosts, ``{name: {"address": str, "gpu_uuids": [str], "ports": [int], "containers": [str],
+        "head_ports": [int]}}`` (every replica port and container name the host will run, the ports a multi-node
+        group's head binds beside them: master, Ray or data-parallel RPC port; :func:`gpu_uuids` of its facts)
     :param lbs: load balancers, ``{name: {"address": str, "ports": [int]}}`` (listen and stats ports)
 
     Two names sharing a GPU are one machine; two names on one address (loopback spellings are one address) may
@@ -864,7 +865,8 @@ def check_machines(hosts: Mapping[str, Mapping[str, Any]], lbs: Mapping[str, Map
     spot = {n: _spot(str(n), hosts[n]) for n in names}
     items = {n: hosts[n] if isinstance(hosts[n], Mapping) else {} for n in names}
     uuids = {n: set(_names_in(items[n].get("gpu_uuids"))) for n in names}
-    ports = {n: _ports(items[n].get("ports") or []) for n in names}
+    heads = {n: _ports(items[n].get("head_ports") or []) for n in names}
+    ports = {n: _ports(items[n].get("ports") or []) | heads[n] for n in names}
     containers = {n: _names_in(items[n].get("containers") or []) for n in names}
     errors: list[str] = []
     for i, a in enumerate(names):
@@ -882,8 +884,12 @@ def check_machines(hosts: Mapping[str, Mapping[str, Any]], lbs: Mapping[str, Map
             what = [_listed("port", both)] if both else []
             what += [_listed("container", named, repr)] if named else []
             where = spot[a][0] if spot[a][0] == spot[b][0] else f"{spot[a][0]} / {spot[b][0]}"
+            fix = "give each its own vllm_serve_port and vllm_serve_container_name"
+            if set(both) & (heads[a] | heads[b]):
+                fix += (" (a multi-node group's head binds its vllm_serve_master_port, vllm_serve_ray_port or "
+                        "vllm_serve_dp_rpc_port too)")
             errors.append(f"{a} and {b} are both {where} and would both use {' and '.join(what)}: list the machine "
-                          "once, or give each its own vllm_serve_port and vllm_serve_container_name")
+                          f"once, or {fix}")
     for lb in sorted(lbs or {}, key=str):
         item = (lbs or {})[lb]
         lb_address, lb_key = _spot(str(lb), item)

@@ -131,8 +131,22 @@ def _machine_view(records: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, 
         uuids = checks.gpu_uuids(rec.get("facts") or {})
         address = (hosts[host].get("settings") or {}).get("advertise_address") or hosts[host].get("address") or host
         view[host] = {"address": address, "gpu_uuids": uuids,
-                      "ports": [r["port"] for r in replicas], "containers": [r["container"] for r in replicas]}
+                      "ports": [r["port"] for r in replicas], "containers": [r["container"] for r in replicas],
+                      "head_ports": _head_ports(rec.get("launch") or {}, hosts[host].get("settings") or {})}
     return view
+
+
+def _head_ports(launch: Mapping[str, Any], settings: Mapping[str, Any]) -> list[int]:
+    """The ports rank 0 of a multi-node group binds beside its replicas: data parallelism's RPC port, else the Ray
+    head's port or the multiprocessing launcher's master port (another name on the same machine must not use them)."""
+    replicas = launch.get("replicas") or []
+    if launch.get("node_rank") != 0 or not launch.get("master_address") or not replicas:
+        return []
+    data_parallel = replicas[0].get("data_parallel")
+    if data_parallel:
+        return [int(data_parallel["rpc_port"])]
+    key = "ray_port" if (launch.get("image") or {}).get("ray") else "master_port"
+    return [int(settings[key])] if settings.get(key) else []
 
 
 def fleet_launch(

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_FACTS: dict[str, Any] = json.loads((ROOT / "tests/fixtures/preflight/facts/cpu_host.json").read_text())
@@ -128,3 +129,29 @@ def test_odd_shapes_do_not_raise() -> None:
     assert fc.check_machines({"a": {"ports": ["8000"]}}, {"a": {"ports": [8000]}}) == [
         "replica port 8000 of a overlaps the load balancer's port on a (lb host a): move vllm_serve_port or "
         "vllm_lb_port"]
+
+
+def test_a_multinode_heads_own_port_is_a_port_of_its_machine() -> None:
+    """Rank 0 of a group binds its master (or Ray, or data-parallel RPC) port beside its replicas: another name on the
+    same machine must not serve on it; the message says which variable moves it."""
+    hosts = {"head": dict(host("127.0.0.1", [18200], ["vllm-head"]), head_ports=[29500]),
+             "other": host("localhost", [29500], ["vllm-other"]),
+             "worker": dict(host("127.0.0.2", [18201], ["vllm-worker"]), head_ports=[])}
+    assert fc.check_machines(hosts, {}) == [
+        "head and other are both 127.0.0.1 / localhost and would both use port 29500: list the machine once, or give "
+        "each its own vllm_serve_port and vllm_serve_container_name (a multi-node group's head binds its "
+        "vllm_serve_master_port, vllm_serve_ray_port or vllm_serve_dp_rpc_port too)"]
+    hosts["other"] = host("localhost", [18202], ["vllm-other"])
+    assert fc.check_machines(hosts, {}) == []
+
+
+def test_the_head_ports_of_a_launch_record() -> None:
+    settings = {"master_port": 29500, "ray_port": 6379, "dp_rpc_port": 29550}
+    replicas = [{"port": 8000}]
+    head = {"node_rank": 0, "master_address": "10.0.0.1", "image": {"ray": False}, "replicas": replicas}
+    assert record._head_ports(head, settings) == [29500]
+    assert record._head_ports(dict(head, image={"ray": True}), settings) == [6379]
+    dp = [{"port": 8000, "data_parallel": {"rpc_port": 29551}}]
+    assert record._head_ports(dict(head, replicas=dp), settings) == [29551]
+    assert record._head_ports(dict(head, node_rank=1), settings) == []  # a worker binds none of them
+    assert record._head_ports(dict(head, master_address=None), settings) == []  # a single-node host
