@@ -216,7 +216,8 @@ def test_vllms_own_dashboards_query_real_series(
             assert names, f"{key}: {expr} reads no vllm: series"
             assert names <= real, f"{key}: {expr} reads {sorted(names - real)}, which vLLM 0.32 does not export"
             total += 1
-            answered += bool(prometheus.query(_as_grafana_sends(expr, vllm_server.model)))
-    assert answered >= total // 2, f"only {answered} of {total} upstream dashboard queries returned data"
+            sent = _as_grafana_sends(expr, vllm_server.model)
+            assert prometheus.query(sent), f"{key}: the dashboard query returned nothing: {sent}"
+            answered += 1
     print(f"\n[monitoring] vLLM 0.32.0's own dashboards: {total} queries, every series exported by the real "
-          f"server, all evaluate through Prometheus, {answered} return data after 6 completions")
+          f"server, all {answered} return data through Prometheus after 6 completions")
