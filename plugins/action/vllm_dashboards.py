@@ -15,16 +15,16 @@ import hashlib
 import json
 import os
 import shlex
-import ssl
 import subprocess
 import sys
 import tarfile
-import urllib.request
 from typing import Any
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import open_url
 from ansible.plugins.action import ActionBase
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import upstream_dashboards as ud
 
@@ -70,10 +70,9 @@ def _read(url: str, accept: str, cafile: str | None, timeout: float = 60) -> tup
             path = os.path.join(path, "index.html")
         with open(path, "rb") as handle:
             return handle.read(), url
-    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "vllm-fleet"})
-    context = ssl.create_default_context(cafile=cafile) if cafile and os.path.exists(cafile) else None
-    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-        return response.read(), response.geturl()
+    response = open_url(url, headers={"Accept": accept}, timeout=timeout, http_agent="vllm-fleet",
+                        ca_path=cafile if cafile and os.path.exists(cafile) else None)
+    return response.read(), response.geturl()
 
 
 def fetch_sdist(rel: ud.Release, cache_dir: str, indexes: list[str], cafile: str | None = None) -> tuple[str, str]:
@@ -89,7 +88,7 @@ def fetch_sdist(rel: ud.Release, cache_dir: str, indexes: list[str], cafile: str
             page, final = _read(page_url, "application/vnd.pypi.simple.v1+json, text/html;q=0.5", cafile)
             url = ud.sdist_url(page.decode("utf-8", "replace"), final, rel.sdist)
             data, _final = _read(url, "*/*", cafile, timeout=600)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, UrlConnectionError) as exc:
             tried.append(f"{page_url}: {exc}")
             continue
         if len(data) != rel.size or hashlib.sha256(data).hexdigest() != rel.sha256:

@@ -42,7 +42,7 @@ options:
     type: path
     default: ~/.cache/vllm-fleet/vllm-sdist
 author:
-  - vllm-fleet
+  - vllm-fleet contributors (@vllm-fleet)
 """
 
 EXAMPLES = r"""

@@ -89,7 +89,7 @@ def test_the_unit_runs_haproxy(host) -> None:  # type: ignore[no-untyped-def]
 def test_health_checks_and_traffic(replica_a: None) -> None:
     assert _wait("replica-a", "UP").startswith("UP"), _status()
     assert _wait("replica-b", "DOWN").startswith("DOWN"), _status()
-    for _ in range(5):  # every request goes to the live server
+    for _request in range(5):  # every request goes to the live server
         with urllib.request.urlopen(f"{FRONT}/v1/models", timeout=10) as response:
             assert response.read() == b"replica-a"
 
