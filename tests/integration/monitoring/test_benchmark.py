@@ -2,8 +2,9 @@
 deliberately slowed configuration that must be flagged.
 
 The slowed server runs the same model with `--max-num-seqs 1`: at concurrency 16 it serves one request at a
-time, so output throughput collapses (on this CPU build ~4-6x) while the baseline key is unchanged (same
-host name, model, image and plan hash) — exactly the drift the baseline library must catch. Cheap on
+time, so its requests queue (TTFT rises) and, on an idle machine, output throughput collapses (~4-6x on this CPU
+build), while the baseline key is unchanged (same host name, model, image and plan hash) — exactly the drift the
+baseline library must catch. Cheap on
 purpose: two levels (1, 16), 32 short requests per level, three repeats (the median is compared; the
 repeats' spread is the noise allowance, capped at 50 %: this machine is shared and a P99 over 32
 requests can move tens of percent between identical runs).
@@ -115,15 +116,16 @@ def test_baseline_then_no_regression_then_slowed_flagged(
     assert slowed.returncode != 0, "the slowed configuration was not flagged"
     assert "Benchmark regression on bench-host" in slowed.stdout
     run3 = _runs(library)[-1]
+    # One request at a time at concurrency 16: the requests queue, so the first token waits (TTFT rises) and, on a
+    # machine with cores to spare, output throughput collapses. Seen in CI with the fleet lab beside it: the
+    # baseline's own c16 throughput had been measured in a busy minute (590 tok/s) and the slowed server matched it,
+    # while its c16 P50 TTFT rose +212 %. Either finding at concurrency 16 is the regression.
     flagged = {(f["concurrency"], f["metric"]) for f in run3["comparison"]["regressions"]}
-    assert (16, "output_throughput") in flagged, json.dumps(run3["comparison"]["findings"], indent=1)
-    drop = next(
-        f
-        for f in run3["comparison"]["findings"]
-        if f["concurrency"] == 16 and f["metric"] == "output_throughput"
-    )
-    print(
-        f"\nbenchmark c16 output tok/s: baseline {drop['baseline']:.1f}, slowed {drop['current']:.1f} ({drop['change']:+.0%})"
-    )
+    caught = flagged & {(16, "output_throughput"), (16, "p50_ttft_ms"), (16, "p99_ttft_ms")}
+    assert caught, json.dumps(run3["comparison"]["findings"], indent=1)
+    for finding in run3["comparison"]["findings"]:
+        if finding["concurrency"] == 16 and (16, finding["metric"]) in caught:
+            print(f"\nbenchmark c16 {finding['label']}: baseline {finding['baseline']:.1f}, slowed "
+                  f"{finding['current']:.1f} ({finding['change']:+.0%}), flagged")
     md = sorted((key_dir / "runs").iterdir())[-1] / "summary.md"
     assert "**REGRESSION**" in md.read_text()
