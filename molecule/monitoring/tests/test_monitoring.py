@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
+from pathlib import Path
 import urllib.parse
 import urllib.request
 
 import pytest
 import yaml
+from conftest import run_playbook
 
 # Only the container: the inventory's second vLLM host (gpu-a) exists only as a scrape target.
 testinfra_hosts = ["ansible://vf-mon-node1"]
@@ -86,7 +90,10 @@ def test_scrape_jobs_come_from_the_inventory(host) -> None:  # type: ignore[no-u
     jobs = {j["job_name"]: j["static_configs"] for j in config["scrape_configs"]}
     assert {"targets": ["vf-mon-node1:18490"], "labels": {"host": "vf-mon-node1"}} in jobs["vllm"]
     assert {"targets": ["127.0.0.2:18491", "127.0.0.2:18492"], "labels": {"host": "gpu-a"}} in jobs["vllm"]
-    assert jobs["dcgm"] == [{"targets": ["127.0.0.2:9400"], "labels": {"host": "gpu-a"}}]
+    assert jobs["dcgm"] == [
+        {"targets": ["vf-mon-node1:9400"], "labels": {"host": "vf-mon-node1"}},
+        {"targets": ["127.0.0.2:9400"], "labels": {"host": "gpu-a"}},
+    ]
     assert len(jobs["node"]) == 2
 
 
@@ -139,3 +146,43 @@ def test_vllms_own_dashboards(host, key: str) -> None:  # type: ignore[no-untype
     (datasource,) = [v for v in model["templating"]["list"] if v["type"] == "datasource"]
     assert datasource["current"]["value"] == "prometheus"
     assert any("vllm:" in t.get("expr", "") for p in model["panels"] for t in p.get("targets", []))
+
+
+def test_dcgm_repository_configured(host) -> None:  # type: ignore[no-untyped-def]
+    """NVIDIA's CUDA repository (here a mirror URL never fetched, with the tests' key) on the GPU host, under the
+    nvidia_driver role's file name; the install is switched off in the converge (no GPU, no reachable repository)."""
+    f = host.file("/etc/apt/sources.list.d/vllm-fleet-cuda.sources")
+    assert f.exists and f.mode == 0o644
+    text = f.content_string
+    assert re.search(r"^URIs: http://127\.0\.0\.1:9/compute/cuda/repos/debian12/x86_64/$", text, re.M), text
+    assert "Signed-By:" in text and "BEGIN PGP PUBLIC KEY BLOCK" in text
+    out = host.run("apt-get indextargets --no-release-info 'Created-By: Packages'")
+    assert out.rc == 0 and "127.0.0.1:9/compute/cuda/repos/debian12/x86_64" in out.stdout
+    assert not host.package("datacenter-gpu-manager-exporter").is_installed
+    assert not host.file("/etc/systemd/system/nvidia-dcgm-exporter.service.d").exists
+
+
+def test_dcgm_exporter_install_in_check_mode(host) -> None:  # type: ignore[no-untyped-def]
+    """The stage playbook with the install switched on, in --check --diff: NVIDIA's packages are asked for, the
+    unit's drop-in carries the listen address, and nothing fails or changes on the host."""
+    converge = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
+    run = run_playbook(converge, "--check", "--diff", "-e", '{"monitoring_dcgm_exporter_install": true}')
+    assert run.rc == 0, run.output[-3000:]
+    assert "dcgm_exporter | Install DCGM and the exporter from NVIDIA's repository" in run.output
+    assert "datacenter-gpu-manager-4-core" in run.output and "datacenter-gpu-manager-exporter" in run.output
+    assert 'Environment="DCGM_EXPORTER_LISTEN=:9400"' in run.output  # the drop-in's diff
+    assert "...ignoring" in run.output
+    assert run.recap["vf-mon-node1"]["failed"] == 0 and run.recap["vf-mon-node1"]["ignored"] >= 2
+    assert not host.file("/etc/systemd/system/nvidia-dcgm-exporter.service.d").exists
+    assert run.recap["gpu-a"]["unreachable"] == 0 and run.recap["gpu-a"]["ok"] == 0  # runs its own: never contacted
+
+
+def test_prometheus_scrapes_dcgm_where_it_is_installed() -> None:
+    """The dcgm job's targets are the hosts the play installed it on (and gpu-a, which runs its own)."""
+    with urllib.request.urlopen(f"{API}/api/v1/targets", timeout=10) as response:
+        targets = {
+            t["labels"]["host"]: t["scrapeUrl"]
+            for t in json.load(response)["data"]["activeTargets"]
+            if t["labels"]["job"] == "dcgm"
+        }
+    assert targets == {"vf-mon-node1": "http://vf-mon-node1:9400/metrics", "gpu-a": "http://127.0.0.2:9400/metrics"}

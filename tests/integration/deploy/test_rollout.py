@@ -59,10 +59,11 @@ CANARY = next(iter(HOSTS))
 class Load:
     """Steady completions through the load balancer: threads, stdlib http.client, one connection per request."""
 
-    # Three clients, each about a request a second: steady traffic through every server, light enough that the
-    # replicas serving it leave this 2-core machine's CPU to the one that starts (a vLLM CPU worker busy-polls
-    # for a second after each request; a saturating load starves a starting replica for many minutes).
-    def __init__(self, workers: int = 3, pause_s: float = 1.0) -> None:
+    # Three clients, each pausing 0.4 s between requests (about 5 requests a second in all, well over 1,000 in a
+    # rolling update): steady traffic through every server, still light enough that the replicas serving it leave
+    # this 2-core machine's CPU to the one that starts (a saturating load starves a starting replica for minutes;
+    # the servers busy-poll between requests at any rate above about one a second, so this rate adds little).
+    def __init__(self, workers: int = 3, pause_s: float = 0.4) -> None:
         self.workers, self.pause_s = workers, pause_s
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
@@ -285,7 +286,7 @@ def test_rolling_update_drops_no_request(lab: Lab) -> None:
         stot_back = next(servers[name][1] for t, servers in watch.samples if t >= back)
         assert final[name][1] > stot_back, f"{name} took no new session after it came back: {watch.summary()}"
     assert while_out >= 50, f"only {while_out} requests completed while a server was out"
-    assert figures["sent"] >= 1000 or figures["sent"] / elapsed >= 2.0, figures
+    assert figures["sent"] >= 1000, figures
     assert figures["failed"] == 0, figures
     assert figures["p99_s"] is not None and figures["p99_s"] < 10, figures
 
