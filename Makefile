@@ -123,10 +123,13 @@ bench-fleet: venv
 # this machine's apt cache): a no-op provision.yml run vs a bare play with as many tasks, ansible.cfg as shipped
 # (~15 min on 2 cores). BENCH_CONVERGE_ONLY="pipelining forks strategy gathering" adds the pipelining-off / forks /
 # strategy / fact cache variants (~5-8 min each).
+# BENCH_CONVERGE_REPEATS=3 repeats every variant (interleaved) and reports medians.
 BENCH_CONVERGE_ONLY ?=
+BENCH_CONVERGE_REPEATS ?= 1
 bench-converge: venv
 	bash scripts/testbed/up.sh 10 20
-	$(PY) scripts/bench_converge.py --seed --hosts 20 --repeats 1 --only $(BENCH_CONVERGE_ONLY) --json artifacts/bench/converge.json
+	$(PY) scripts/bench_converge.py --seed --hosts 20 --repeats $(BENCH_CONVERGE_REPEATS) --only $(BENCH_CONVERGE_ONLY) \
+	  --json artifacts/bench/converge.json
 
 clean:
 	rm -rf $(VENV) collections .pytest_cache .mypy_cache .ruff_cache
