@@ -43,6 +43,20 @@ def nvidia_cuda_repo_path(facts: dict[str, Any]) -> str:
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def nvidia_cuda_repo_source(facts: dict[str, Any], base_url: str, key: str = "") -> dict[str, str]:
+    try:
+        return dc.cuda_repo_source(
+            str(base_url),
+            str(key or ""),
+            str(facts.get("distribution", "")),
+            str(facts.get("distribution_major_version", "")),
+            str(facts.get("distribution_version", "")),
+            str(facts.get("architecture", "")),
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def nvidia_driver_branch(value: Any) -> int:
     try:
         return dc.parse_branch(value)
@@ -66,6 +80,7 @@ class FilterModule:
             "nvidia_fabricmanager_package": nvidia_fabricmanager_package,
             "nvidia_driver_branch": nvidia_driver_branch,
             "nvidia_cuda_repo_path": nvidia_cuda_repo_path,
+            "nvidia_cuda_repo_source": nvidia_cuda_repo_source,
             "nvidia_smi_state": nvidia_smi_state,
             "nvidia_loaded_driver_version": nvidia_loaded_driver_version,
         }

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe.monitoring import series_names
+
 #: Packages of NVIDIA's CUDA repository: the DCGM libraries the exporter links, and the exporter with its unit.
 PACKAGES: tuple[str, ...] = ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-exporter")
 #: systemd unit the exporter package installs.
@@ -74,7 +76,7 @@ def unexported(exprs: Mapping[str, str] | Iterable[str], release: str) -> dict[s
     items = exprs.items() if isinstance(exprs, Mapping) else ((e, e) for e in exprs)
     problems: dict[str, list[str]] = {}
     for name, expr in items:
-        used = set(re.findall(r"\bDCGM_FI_[A-Z0-9_]+\b", re.sub(r'"[^"]*"', " ", expr)))
+        used = {name for name in series_names(expr) if name.startswith("DCGM_")}
         if not used:
             continue
         missing = sorted(used - fields)

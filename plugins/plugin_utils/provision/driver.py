@@ -161,6 +161,20 @@ def loaded_driver_version(proc_version_text: str) -> str:
     return ""
 
 
+#: NVIDIA's signing key of its CUDA repositories: a file in each repository directory.
+CUDA_REPO_KEY_FILE = "3bf863cc.pub"
+
+
+def cuda_repo_source(
+    base_url: str, key: str, distribution: str, major_version: str, version: str, architecture: str
+) -> dict[str, str]:
+    """A host's CUDA repository source: ``uri`` (the directory under ``base_url``, NVIDIA's or a mirror's) and
+    ``signed_by`` (``key`` when given, else NVIDIA's key file next to the packages). The driver role and the DCGM
+    exporter's install both configure it (one source file)."""
+    uri = f"{base_url.rstrip('/')}/{cuda_repo_path(distribution, major_version, version, architecture)}/"
+    return {"uri": uri, "signed_by": key or uri + CUDA_REPO_KEY_FILE}
+
+
 def cuda_repo_path(distribution: str, major_version: str, version: str, architecture: str) -> str:
     """Directory of NVIDIA's CUDA repository for a host: ``debian12/x86_64``, ``ubuntu2204/sbsa``."""
     arch = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}.get(architecture)

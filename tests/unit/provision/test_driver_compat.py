@@ -214,3 +214,15 @@ def test_cuda_repo_path_errors():
         dc.cuda_repo_path("Ubuntu", "22", "22.04", "ppc64le")
     with pytest.raises(ValueError, match="not supported"):
         dc.cuda_repo_path("Rocky", "9", "9.4", "x86_64")
+
+
+def test_cuda_repo_source_defaults_to_nvidias_key_next_to_the_packages_and_takes_a_mirrors_key():
+    facts = {"distribution": "Debian", "distribution_major_version": "12", "distribution_version": "12.7",
+             "architecture": "x86_64"}
+    source = flt.FilterModule().filters()["nvidia_cuda_repo_source"]
+    assert source(facts, "https://example.invalid/cuda/repos") == {
+        "uri": "https://example.invalid/cuda/repos/debian12/x86_64/",
+        "signed_by": "https://example.invalid/cuda/repos/debian12/x86_64/3bf863cc.pub",
+    }
+    assert source(facts, "http://127.0.0.1:9/repos/", "/etc/keys/mirror.asc") == {
+        "uri": "http://127.0.0.1:9/repos/debian12/x86_64/", "signed_by": "/etc/keys/mirror.asc"}
