@@ -44,6 +44,10 @@ def monitoring_scrape_configs(
         raise AnsibleFilterError(f"monitoring targets: {exc}") from exc
 
 
+def monitoring_exporter_listen(address: str, port: int) -> dict[str, str]:
+    return mr.exporter_listen(str(address), int(port))
+
+
 def monitoring_dashboard(title: str, datasource_uid: str = "prometheus") -> dict[str, Any]:
     return mr.dashboard(title, datasource_uid)
 
@@ -99,6 +103,7 @@ class FilterModule:
             "monitoring_vllm_versions": monitoring_vllm_versions,
             "monitoring_scrape_configs": monitoring_scrape_configs,
             "monitoring_dashboard": monitoring_dashboard,
+            "monitoring_exporter_listen": monitoring_exporter_listen,
             "autotune_grid": autotune_grid,
             "autotune_choose": autotune_choose,
             "autotune_overrides": autotune_overrides,

@@ -445,3 +445,18 @@ def series_names(expr: str) -> set[str]:
     bare = re.sub(r'"[^"]*"|\{[^}]*\}|\[[^\]]*\]', " ", expr)
     tokens = re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare)
     return {tok for tok in tokens if ":" in tok or tok.startswith("DCGM_") or tok == "up"}
+
+
+def exporter_listen(address: str, port: int) -> dict[str, str]:
+    """An exporter's listen address (node exporter, DCGM exporter) against the port Prometheus scrapes:
+    ``problem`` is "" when ``address`` is ``[HOST]:PORT`` (an IPv6 host in brackets, an empty host for every interface)
+    with that port, else what is wrong; ``local_url`` is where the host itself reads ``/metrics`` (127.0.0.1 for
+    an empty, ``0.0.0.0`` or ``[::]`` host)."""
+    if not re.fullmatch(r"([^:\s\[\]]*|\[[0-9A-Fa-f:.]*\]):[0-9]{1,5}", address):
+        problem = "must be [HOST]:PORT"
+    elif address.rsplit(":", 1)[1] != str(port):
+        problem = f"must end with the port Prometheus scrapes, {port}"
+    else:
+        problem = ""
+    local = re.sub(r"^(0\.0\.0\.0|\[::\])?:", "127.0.0.1:", address)
+    return {"problem": problem, "local_url": f"http://{local}/metrics"}

@@ -202,3 +202,20 @@ def test_exporter_ports_are_the_roles_defaults() -> None:
     jobs = {job["job_name"]: job for job in mr.scrape_configs([{"host": "h", "vllm_ports": [1], "dcgm": True}])}
     assert jobs[mr.NODE_JOB]["static_configs"][0]["targets"] == [f"h:{mr.NODE_EXPORTER_PORT}"]
     assert jobs[mr.DCGM_JOB]["static_configs"][0]["targets"] == [f"h:{mr.DCGM_EXPORTER_PORT}"]
+
+
+@pytest.mark.parametrize(
+    ("address", "port", "problem", "url"),
+    [
+        (":9100", 9100, "", "http://127.0.0.1:9100/metrics"),
+        ("0.0.0.0:9400", 9400, "", "http://127.0.0.1:9400/metrics"),
+        ("[::]:9400", 9400, "", "http://127.0.0.1:9400/metrics"),
+        ("10.0.0.5:9400", 9400, "", "http://10.0.0.5:9400/metrics"),
+        ("[fd00::5]:9100", 9100, "", "http://[fd00::5]:9100/metrics"),
+        ("10.0.0.5:9401", 9400, "must end with the port Prometheus scrapes, 9400", "http://10.0.0.5:9401/metrics"),
+        ("9100", 9100, "must be [HOST]:PORT", "http://9100/metrics"),
+        ("fd00::5:9100", 9100, "must be [HOST]:PORT", "http://fd00::5:9100/metrics"),
+    ],
+)
+def test_exporter_listen_address_against_the_scraped_port(address: str, port: int, problem: str, url: str) -> None:
+    assert mr.exporter_listen(address, port) == {"problem": problem, "local_url": url}
