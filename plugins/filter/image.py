@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import backend as ibk
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as ib
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as ic
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import tag as it
@@ -60,6 +61,13 @@ def vllm_image_plan(profile: Mapping[str, Any], **options: Any) -> dict[str, Any
         raise AnsibleFilterError(f"vllm_image_plan: {exc}") from exc
 
 
+def vllm_image_build_backend(probes: Any, requested: str = "auto") -> dict[str, Any]:
+    try:
+        return ibk.choose_backend(str(requested), [dict(p) for p in (probes or [])])
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_image_build_backend: {exc}") from exc
+
+
 def vllm_image_tag(inputs: Mapping[str, Any]) -> str:
     try:
         return it.image_tag(inputs)
@@ -74,4 +82,5 @@ class FilterModule:
             "vllm_image_check": vllm_image_check,
             "vllm_image_plan": vllm_image_plan,
             "vllm_image_tag": vllm_image_tag,
+            "vllm_image_build_backend": vllm_image_build_backend,
         }

@@ -20,6 +20,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
 from .tag import image_tag, inputs_digest
 
 INSTALL_MODES = ("wheelhouse", "index")
+#: What the plan renders for (backend.py chooses between them for a builder host).
+BUILD_BACKENDS = ("buildkit", "classic")
 
 #: Runtime packages per variant (Debian/Ubuntu names).  cpu: libnuma1 (vllm._C), g++ + python3-dev + openssl (torch
 #: inductor compiles on CPU), learned in environment.md.  cuda: gcc + libc6-dev + python3-dev (Triton
@@ -105,11 +107,14 @@ def build_plan(
     torch_cuda_arch_list: str = "",
     files_sha256: str = "",
     ray: bool = False,
+    build_backend: str = "classic",
 ) -> dict[str, Any]:
     """Everything the role needs to render, tag and build one image.
 
     :param ray: install Ray for the Ray launcher (``vllm_image_ray``): the row's ``ray_requirements`` join vLLM's in
         the same pip step, the wheelhouse download and the tag. Off, the plan is exactly the one without Ray.
+    :param build_backend: ``buildkit`` (one stage, the wheelhouse bind-mounted) or ``classic`` (two stages), as
+        backend.py ``choose_backend`` decided for the builder; an input of the tag (the layers differ).
 
     :returns: ``{"tag", "ref", "repository", "inputs_digest", "tag_inputs", "render", "build_args",
               "pip_download", "sdist_wheels", "wheelhouse_name", "wheelhouse_digest"}``; ``sdist_wheels`` are
@@ -123,6 +128,8 @@ def build_plan(
         raise ImageBuildError(f"uid {uid} must be a non-root user id (1-65534)")
     if not 1 <= int(health_port) <= 65535:
         raise ImageBuildError(f"health port {health_port} is not a TCP port")
+    if build_backend not in BUILD_BACKENDS:
+        raise ImageBuildError(f"build backend {build_backend!r} is not one of: {', '.join(BUILD_BACKENDS)}")
     variant = str(profile["variant"])
     merged_env = dict(DEFAULT_ENV[variant])
     merged_env.update({str(k): str(v) for k, v in (env or {}).items()})
@@ -168,6 +175,7 @@ def build_plan(
             "remove": list(CPU_REMOVE_PACKAGES) if variant == "cpu" else [],
         },
         "metadata_alias_version": f"{profile['vllm_version']}+{variant}" if profile["vllm_package"] != "vllm" else "",
+        "build_backend": build_backend,
     }
     if sdist_wheels:  # only where a row has them, so the other rows keep their tags
         tag_inputs["sdist_wheels"] = sdist_wheels
@@ -195,6 +203,7 @@ def build_plan(
         "org.vllm-fleet.template.sha256": template_sha256,
         "org.vllm-fleet.constraints.sha256": constraints_sha256 or "none",
         "org.vllm-fleet.install-mode": install_mode,
+        "org.vllm-fleet.build-backend": build_backend,
     }
     if ray_requirements:
         labels["org.vllm-fleet.ray"] = " ".join(ray_requirements)
@@ -225,10 +234,21 @@ def build_plan(
         "labels": labels,
         "build_packages": tag_inputs["packages"]["build"],
         "runtime_packages": tag_inputs["packages"]["runtime"],
+        # BuildKit's one stage installs both lists (the runtime's first; venv tooling is a few MB).
+        "single_stage_packages": tag_inputs["packages"]["runtime"]
+        + [p for p in tag_inputs["packages"]["build"] if p not in tag_inputs["packages"]["runtime"]],
+        "build_backend": build_backend,
         "remove_packages": tag_inputs["packages"]["remove"],
         "metadata_alias": bool(tag_inputs["metadata_alias_version"]),
         # vLLM detects its CPU build by "cpu" in version("vllm") (vllm/platforms/__init__.py).
         "metadata_alias_version": tag_inputs["metadata_alias_version"],
+        # BuildKit: what the install step reads, bind-mounted from the build context for that step only.
+        "install_mounts": [f"--mount=type=bind,source={source},target={target}" for source, target, wanted in (
+            ("wheels", "/tmp/wheels", install_mode == "wheelhouse"),
+            ("constraints.txt", "/tmp/constraints.txt", bool(constraints_sha256)),
+            ("vllm_metadata_alias.py", "/tmp/vllm_metadata_alias.py", bool(tag_inputs["metadata_alias_version"])),
+            ("ca-bundle.crt", "/tmp/vllm-fleet-build-ca.crt", bool(ca_bundle)),
+        ) if wanted] if build_backend == "buildkit" else [],
         "health_port": int(health_port),
     }
     wheelhouse_digest = hashlib.sha256(

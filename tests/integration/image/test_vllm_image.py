@@ -72,6 +72,20 @@ def test_image_metadata(image_ref: str) -> None:
     assert "VLLM_USE_V1" not in env and "VLLM_ATTENTION_BACKEND" not in env
 
 
+def test_buildkit_wrote_the_venv_once_and_no_wheel(image_ref: str) -> None:
+    """On this machine (Debian 12's engine 20.10, whose CLI has BuildKit built in) the role picks BuildKit: one stage,
+    the wheelhouse bind-mounted. The image has one layer as large as the venv, and no layer holds the wheels."""
+    labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image_ref))
+    assert labels["org.vllm-fleet.build-backend"] == "buildkit"
+    history = [line.partition("\t")[::2] for line in
+               docker("history", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", image_ref).splitlines()]
+    created = " ".join(step for _size, step in history)
+    assert "--find-links /tmp/wheels" in created  # read from the bind mount (history omits the --mount flags)
+    assert "COPY wheels" not in created and "COPY --from" not in created and "COPY dir:" not in created
+    big = [step for size, step in history if size.endswith("GB")]
+    assert len(big) == 1 and "python3 -m venv /opt/venv" in big[0], history
+
+
 # Run as the image's user: for each heavy package, is the bytecode beside its sources, and valid for them (the
 # source mtime and size recorded in the .pyc header equal the file's, as CPython checks before using it)?
 _BYTECODE_CHECK = r"""

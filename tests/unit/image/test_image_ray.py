@@ -26,31 +26,32 @@ H200 = ["9.0"]
 
 #: Computed with the code before Ray existed (same calls as below): tag, sha256 of the rendered Dockerfile and the
 #: wheelhouse digest. With Ray off nothing may differ: the CI caches the default cpu image by this tag, and a changed
-#: default would rebuild every fleet's image. A deliberate change of the image (template, inputs) updates this table.
+#: default would rebuild every fleet's image. A deliberate change of the image (template, inputs) updates this table
+#: (last: the build backend became an input, issue 13).
 BEFORE_RAY = {
-    ("0.32.0", "cpu", "wheelhouse"): ("0.32.0-cpu-c7a87d78dbd9",
-                                      "07d5584f81cbd24290c57516839a7fb4c56fa0d52da9746d9385a38e9051f2fc",
+    ("0.32.0", "cpu", "wheelhouse"): ("0.32.0-cpu-2e8d4cfc87bd",
+                                      "33e7c7fb20f7bcc5dee6d409a29ba34828fdbc936ee750ed572f4c188e9a16e5",
                                       "fd3e9deed5cd886f"),
-    ("0.32.0", "cpu", "index"): ("0.32.0-cpu-b26f1a2275b4",
-                                 "f3d80415c68e1a58988db3638054f08fb2adb4ab98c0f456a259d5757329a1d8",
+    ("0.32.0", "cpu", "index"): ("0.32.0-cpu-3f2b9aa126c5",
+                                 "92f4173b60ad9888a0115124801ddfeb461a17b0277d8b77241668e703bdb1cc",
                                  "a9ae78fec0098b36"),
-    ("0.33.0", "cu130", "wheelhouse"): ("0.33.0-cu130-3dcec0701e92",
-                                        "4ba06523df504cbb36a08d3827544dc44215608a8658be0bd67842e1c1b4bf4a",
+    ("0.33.0", "cu130", "wheelhouse"): ("0.33.0-cu130-e1a3145e0a12",
+                                        "9d7b7c9a49449ccd87e243f044bfa90f6ac697cab18807fedbc994aeae0587c6",
                                         "f0c92ce16a7f0c07"),
-    ("0.33.0", "cu130", "index"): ("0.33.0-cu130-8021683df4f8",
-                                   "fae38f5b71e785f2b3549e3b44883f764dd2469c50125787a557ed5c6eb46a54",
+    ("0.33.0", "cu130", "index"): ("0.33.0-cu130-99d7f80d317e",
+                                   "44ed09e9fac3bcd15af44d3244ccd2a760fff45a5b586897505822ac84fa580f",
                                    "76d7e63e0054716d"),
-    ("0.32.0", "cu129", "wheelhouse"): ("0.32.0-cu129-1f6c74c29a17",
-                                        "a1638adb938eab3025eb9a60dc22f69d175fce10e089f80c31d5b89ed16e476e",
+    ("0.32.0", "cu129", "wheelhouse"): ("0.32.0-cu129-63f9319d66a4",
+                                        "9ad4e589177357326923913c4dd33ec8798e07c61b8e2664658670fb1fbe44e4",
                                         "8547ac0dd8d18ebc"),
-    ("0.32.0", "cu129", "index"): ("0.32.0-cu129-c0f7fd38c8de",
-                                   "f837ababf5f2d307a121667d4ab807036995d0d7e04f933ded50a47f0cab44f7",
+    ("0.32.0", "cu129", "index"): ("0.32.0-cu129-1e463d7fc415",
+                                   "ec570568fc37cb45c7d4a4ac3979fc4a7ee16de0e64829b10a1659f1efc3f695",
                                    "a2376ffe451bf3cf"),
-    ("0.6.3.post1", "cu121", "wheelhouse"): ("0.6.3.post1-cu121-e580ea8be006",
-                                             "66866261819d6b03fdd2437050a3801f4faa08246a3e2783816c75beb9ebfe44",
+    ("0.6.3.post1", "cu121", "wheelhouse"): ("0.6.3.post1-cu121-20b1c4401b3a",
+                                             "2d7df17ffeaf180372e56d0fcce3645c521f46a8df0a3718cd12565e1b9ce9a7",
                                              "d72678cb2a25d8e7"),
-    ("0.6.3.post1", "cu121", "index"): ("0.6.3.post1-cu121-2ddc2341e0bc",
-                                        "23d280a603aee10101e65849ce141ab8c98d2dbe6491ab897c9d21c64d37ef8d",
+    ("0.6.3.post1", "cu121", "index"): ("0.6.3.post1-cu121-6a73777eedaf",
+                                        "27be924a15baff9e31a6f5f33352b92b971954e09a58e76da2455045eb25b4a8",
                                         "2e4e34e842eebbee"),
 }
 #: The decisions the table above was computed for: (vLLM, driver, variant).
@@ -137,7 +138,7 @@ def test_with_ray_the_pin_joins_vllm_in_one_pip_step_and_the_tag_changes(key: st
     # Everything else is the image without Ray: only the requirement line and the labels that name the inputs differ.
     changed = [line[1:] for line in difflib.unified_diff(render(off).splitlines(), text.splitlines(), lineterm="", n=0)
                if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    allowed = re.compile(r"org\.vllm-fleet\.(image\.tag|inputs\.digest|install-mode|ray)=|"
+    allowed = re.compile(r"org\.vllm-fleet\.(image\.tag|inputs\.digest|install-mode|build-backend|ray)=|"
                          + re.escape(decision.profile.requirements[0]))
     assert changed and all(allowed.search(line) for line in changed), changed
 
