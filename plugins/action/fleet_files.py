@@ -14,6 +14,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.atomic_write import write_atomic
 
 
 def _inside(base: str, path: str) -> str | None:
@@ -53,12 +54,7 @@ class ActionModule(ActionBase):
             changed.append(str(rel))
             if self._task.check_mode:
                 continue
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            tmp_path = f"{full}.tmp-{os.getpid()}"
-            with open(tmp_path, "wb") as handle:
-                handle.write(data)
-            os.chmod(tmp_path, mode)
-            os.replace(tmp_path, full)
+            write_atomic(full, data, mode)
         result.update(changed=bool(changed), changed_files=changed,
                       diff={"before": "", "after": "".join(f"{rel}\n" for rel in changed)})
         return result

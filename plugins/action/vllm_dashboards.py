@@ -26,6 +26,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 from ansible.plugins.action import ActionBase
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.atomic_write import write_atomic
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import upstream_dashboards as ud
 
 PROJECT = "vllm"
@@ -95,11 +96,7 @@ def fetch_sdist(rel: ud.Release, cache_dir: str, indexes: list[str], cafile: str
             tried.append(f"{url}: {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()} (pinned: "
                          f"{rel.size} bytes, {rel.sha256})")
             continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        partial = f"{path}.part-{os.getpid()}"
-        with open(partial, "wb") as handle:
-            handle.write(data)
-        os.replace(partial, path)
+        write_atomic(path, data)
         return path, url
     raise ud.UpstreamDashboardError(f"{rel.sdist} from no configured index: " + "; ".join(tried or ["no index"]))
 

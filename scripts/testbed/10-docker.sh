@@ -2,11 +2,13 @@
 # Install Docker from Debian's packages and start the daemon the way this environment allows:
 # no default bridge, no iptables; containers use host networking. Idempotent.
 set -euo pipefail
+# shellcheck source=scripts/testbed/apt.sh
+source "$(dirname "$0")/apt.sh"
 if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
   echo "testbed: installing docker.io and debootstrap from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq docker.io debootstrap >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq docker.io debootstrap >/dev/null
 fi
 if docker info >/dev/null 2>&1; then
   echo "testbed: Docker engine already running"

@@ -208,3 +208,29 @@ def test_one_changed_input_builds_exactly_one_new_image(image_ref: str) -> None:
     finally:
         for ref in new:
             subprocess.run(["docker", "rmi", ref], capture_output=True, check=False)
+
+
+def test_classic_builder_still_builds_the_same_software(image_ref: str) -> None:
+    """The fallback for engines without BuildKit: vllm_image_build_backend=classic builds the two-stage image with
+    the Docker SDK. Its own tag, the venv copied into the runtime stage, and the same vLLM inside."""
+    before = _images("vllm-fleet/vllm")
+    out, counts = image_playbook("-e", "vllm_image_build_backend=classic")
+    new = _images("vllm-fleet/vllm") - before
+    try:
+        assert len(new) == 1 and counts["changed"] >= 1, out[-3000:]
+        (classic_ref,) = new
+        assert classic_ref != image_ref
+        assert "classic builder (vllm_image_build_backend: classic)" in " ".join(out.split())  # the reason, said
+        labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", classic_ref))
+        assert labels["org.vllm-fleet.build-backend"] == "classic"
+        history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", classic_ref)
+        assert "COPY dir:" in history  # COPY --from=build /opt/venv
+        versions = [docker("run", "--rm", "--network", "host", "--entrypoint", "/opt/venv/bin/python", ref, "-c",
+                           "import importlib.metadata as m; print(m.version('vllm'), m.version('torch'))")
+                    for ref in (image_ref, classic_ref)]
+        assert versions[0] == versions[1] == "0.32.0+cpu 2.13.0+cpu", versions
+        _out, counts = image_playbook("-e", "vllm_image_build_backend=classic")
+        assert counts["changed"] == 0
+    finally:
+        for ref in new:
+            subprocess.run(["docker", "rmi", ref], capture_output=True, check=False)
