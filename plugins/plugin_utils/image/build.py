@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,6 +75,18 @@ def _ray_requirements(profile: Mapping[str, Any]) -> list[str]:
             "vllm_serve_multinode_backend: mp"
         )
     return [str(pin) for pin in pins]
+
+
+def _pip_install_options(install_mode: str, index_url: str, extra_index_urls: Sequence[str], constraints: bool) -> str:
+    """The options of the image's ``pip install`` (each with its leading space): the wheelhouse, or the indexes."""
+    if install_mode == "wheelhouse":
+        options = ["--no-index", "--find-links", "/tmp/wheels"]
+    else:
+        options = (["--index-url", shlex.quote(index_url)] if index_url else []) + [
+            part for url in extra_index_urls for part in ("--extra-index-url", shlex.quote(url))]
+    if constraints:
+        options += ["-c", "/tmp/constraints.txt"]
+    return "".join(f" {option}" for option in options)
 
 
 def resolve_base_image(profile: Mapping[str, Any], registry_mirror: str = "", cpu_base_image: str = "") -> str:
@@ -238,6 +251,8 @@ def build_plan(
         "single_stage_packages": tag_inputs["packages"]["runtime"]
         + [p for p in tag_inputs["packages"]["build"] if p not in tag_inputs["packages"]["runtime"]],
         "build_backend": build_backend,
+        # Everything `pip install` takes before the requirements, the same in both layouts.
+        "pip_install_options": _pip_install_options(install_mode, index_url, indexes, bool(constraints_sha256)),
         "remove_packages": tag_inputs["packages"]["remove"],
         "metadata_alias": bool(tag_inputs["metadata_alias_version"]),
         # vLLM detects its CPU build by "cpu" in version("vllm") (vllm/platforms/__init__.py).
