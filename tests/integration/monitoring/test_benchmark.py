@@ -99,7 +99,7 @@ def test_baseline_then_no_regression_then_slowed_flagged(
     # at 216 %. The operator's knob for such a host is benchmark_max_noise: here the noise the repeats measure may
     # excuse all of a change (a change beyond the two runs' own spread is still flagged); a flagged run is re-run
     # (up to twice), and only a regression that reproduces every time counts. The slowed server below is judged
-    # with the default cap (50 %) and must be flagged at the first try.
+    # with the default cap (50 %) against a baseline re-measured just before it.
     runs = []
     for _attempt in range(3):
         second = _run_playbook(tmp_path, vllm_server.port, library, benchmark_max_noise=10.0)
@@ -112,14 +112,28 @@ def test_baseline_then_no_regression_then_slowed_flagged(
     assert not run2["comparison"]["regressed"], json.dumps(run2["comparison"]["findings"], indent=1)
     assert json.loads((key_dir / "baseline.json").read_text())["run_id"] == run1["run_id"]
 
-    slowed = _run_playbook(tmp_path, slowed_server.port, library, benchmark_fail_on_regression=True)
-    assert slowed.returncode != 0, "the slowed configuration was not flagged"
+    # The slowed server, judged with the default noise cap (50 %). A baseline measured minutes earlier is no yardstick
+    # on this shared machine: seen in CI, the fleet lab's rollout and an image build beside this test slowed the
+    # unchanged server several-fold, so the slowed server measured in a quieter minute matched it. Idle, the slowed
+    # server is -77 % output tok/s and +827 % P50 TTFT at concurrency 16. So each attempt first re-measures the
+    # baseline (benchmark_update_baseline, the operator's way to accept a new normal) and measures the slowed server
+    # right after it, under the same load; it must be flagged in one of three such pairs.
+    slowed = None
+    for _attempt in range(3):
+        rebase = _run_playbook(tmp_path, vllm_server.port, library, benchmark_update_baseline=True)
+        assert rebase.returncode == 0, rebase.stdout[-3000:] + rebase.stderr[-3000:]
+        assert json.loads((key_dir / "baseline.json").read_text())["run_id"] == _runs(library)[-1]["run_id"]
+        slowed = _run_playbook(tmp_path, slowed_server.port, library, benchmark_fail_on_regression=True)
+        if slowed.returncode != 0:
+            break
+    assert slowed is not None and slowed.returncode != 0, (
+        "the slowed configuration was not flagged in 3 attempts: "
+        + json.dumps(_runs(library)[-1]["comparison"]["findings"], indent=1)
+    )
     assert "Benchmark regression on bench-host" in slowed.stdout
     run3 = _runs(library)[-1]
     # One request at a time at concurrency 16: the requests queue, so the first token waits (TTFT rises) and, on a
-    # machine with cores to spare, output throughput collapses. Seen in CI with the fleet lab beside it: the
-    # baseline's own c16 throughput had been measured in a busy minute (590 tok/s) and the slowed server matched it,
-    # while its c16 P50 TTFT rose +212 %. Either finding at concurrency 16 is the regression.
+    # machine with cores to spare, output throughput collapses. Either finding at concurrency 16 is the regression.
     flagged = {(f["concurrency"], f["metric"]) for f in run3["comparison"]["regressions"]}
     caught = flagged & {(16, "output_throughput"), (16, "p50_ttft_ms"), (16, "p99_ttft_ms")}
     assert caught, json.dumps(run3["comparison"]["findings"], indent=1)
