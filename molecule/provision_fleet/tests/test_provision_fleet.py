@@ -29,6 +29,22 @@ def test_every_host_provisioned():
         assert _exec(name, "dpkg-query", "-W", "nvidia-driver").returncode != 0, name
 
 
+def test_a_host_whose_apt_is_busy_is_waited_for():
+    """prepare.yml held vf-prov-fleet-3's apt locks (lists, dpkg, frontend) for 90 s, as unattended-upgrades does
+    after boot; the converge installed Docker there only after they were released (Ansible's own 60 s would have
+    failed the host)."""
+    name = "vf-prov-fleet-3"
+    held = float(_exec(name, "cat", "/var/tmp/vf-apt-lock-held").stdout)
+    released = float(_exec(name, "cat", "/var/tmp/vf-apt-lock-released").stdout)
+    assert released - held >= 90
+    log = _exec(name, "cat", "/var/log/dpkg.log").stdout.splitlines()
+    installs = [line for line in log if " install docker.io:" in line]
+    assert installs, "docker.io was not installed on " + name
+    # dpkg.log writes the container's local time to the second
+    installed = int(_exec(name, "date", "-d", installs[0][:19], "+%s").stdout)
+    assert installed >= int(released), (installs[0], released)
+
+
 def test_check_mode_on_converged_fleet_changes_nothing():
     run = run_playbook(PLAYBOOK, "--check")
     assert run.rc == 0, run.output[-3000:]
