@@ -15,20 +15,12 @@ COPY=$WORK/ansible_collections/vllm_fleet/fleet
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
 mkdir -p "$COPY"
-if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  # The files git shows (tracked and untracked, less what .gitignore ignores), listed once. make test runs the
-  # other lanes beside this one and they write under the repository: tar walking the tree itself stopped a CI run
-  # with "file changed as we read it". A listed file deleted meanwhile is skipped.
-  git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
-    | tar -C "$ROOT" --null --ignore-failed-read -T - -cf - \
-    | tar -C "$COPY" -xf -
-else
-  tar -C "$ROOT" --exclude-vcs --exclude-vcs-ignores --exclude=./.venv --exclude=./.cache --exclude=./collections \
-      --exclude=./artifacts --exclude=./build --exclude='*.egg-info' --exclude=__pycache__ --exclude='*.pyc' \
-      --exclude=.pytest_cache --exclude=.mypy_cache --exclude=.ruff_cache --exclude=.hypothesis --exclude=./.ansible \
-      -cf - . \
-    | tar -C "$COPY" -xf -
-fi
+# The files git shows (tracked and untracked, less what .gitignore ignores), listed once. make test runs the other
+# lanes beside this one and they write under the repository: tar walking the tree itself stopped a CI run with
+# "file changed as we read it". A listed file deleted meanwhile is skipped.
+git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
+  | tar -C "$ROOT" --null --ignore-failed-read -T - -cf - \
+  | tar -C "$COPY" -xf -
 
 # The pip version ansible-test bootstraps its virtualenvs with (get_venv_packages: pip='24.2').
 pip_version=$("$VENV/bin/python" - <<'PY'
