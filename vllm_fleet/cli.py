@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -84,8 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, kind, text in ENGINE_FLAGS:
         eng.add_argument(flag, type=kind, help=text)
     eng.add_argument("--enforce-eager", action="store_true", default=None, help="no CUDA graphs / compilation")
+    eng.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+                     help="any other vLLM engine argument, e.g. enable_prefix_caching=false or "
+                     "speculative_config='{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'; VALUE is read "
+                     "as JSON (true/false, numbers, objects, lists), else as text; validated like "
+                     "vllm_fleet_engine_args; repeatable")
     eng.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
-                     help="free-form vLLM argument to validate (removed flags are refused); repeatable")
+                     help="a vllm serve argument passed on as it is, one flag or one value each (like "
+                     "vllm_fleet_extra_args: --extra-arg=--tool-call-parser --extra-arg=hermes); removed flags are "
+                     "refused; printed at the end of the serve line; repeatable")
     pol = p.add_argument_group("policy")
     pol.add_argument("--max-nodes", type=int, help="hosts one instance may span (pipeline parallel), default 1")
     pol.add_argument("--co-located-mib", type=int, help="memory per GPU used by other processes")
@@ -120,10 +128,32 @@ def _facts(args: argparse.Namespace) -> dict[str, Any]:
             "compute_capability": args.compute_capability}
 
 
+def engine_arg_pins(items: list[str]) -> dict[str, Any]:
+    """``--engine-arg KEY=VALUE`` items -> {key: value}; VALUE is JSON when it parses as JSON, else the text."""
+    pins: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-")
+        if not sep or not key:
+            raise PlanError(f"--engine-arg {item!r} must be KEY=VALUE, e.g. enable_prefix_caching=false")
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text
+        if key in pins:
+            raise PlanError(f"--engine-arg {key} is given twice: keep one")
+        pins[key] = value
+    return pins
+
+
 def run_plan(args: argparse.Namespace) -> dict[str, Any]:
     engine_args = {flag[2:]: getattr(args, flag[2:].replace("-", "_")) for flag, _type, _help in ENGINE_FLAGS}
     if args.enforce_eager:
         engine_args["enforce-eager"] = True
+    for key, value in engine_arg_pins(args.engine_arg).items():
+        if engine_args.get(key) is not None:
+            raise PlanError(f"--{key} and --engine-arg {key}=... are both given: keep one")
+        engine_args[key] = value
     profile: str | dict[str, Any] = args.profile
     if args.prompt_tokens or args.output_tokens or args.p99_latency_ms:
         profile = {"name": args.profile, "prompt_tokens": args.prompt_tokens or PROFILES[args.profile].prompt_tokens,
@@ -180,7 +210,8 @@ def format_plan(result: dict[str, Any]) -> str:
     lines.append(f"{'flag'.ljust(width)} {'value':>12}  reason")
     for key in keys:
         value = result["engine_args"].get(key, "(default)")
-        lines.append(f"--{key}".ljust(width) + f" {value!s:>12}  {result['reasons'].get(key, '')}")
+        shown = json.dumps(value) if isinstance(value, bool | dict | list) else str(value)
+        lines.append(f"--{key}".ljust(width) + f" {shown:>12}  {result['reasons'].get(key, '')}")
     pred = result["prediction"]
     lines += ["", f"memory per {'GPU' if gpu else 'host'} (GiB):"] + ["  " + x for x in _bar(result["memory_gib"])]
     par = result["parallel"]
@@ -196,7 +227,7 @@ def format_plan(result: dict[str, Any]) -> str:
         lines.append(f"warning: {warning}")
     lines += banner
     lines.append("")
-    lines.append("vllm serve " + " ".join([result["engine_args"].get("model", "MODEL"), *result["cli_args"]]))
+    lines.append(shlex.join(["vllm", "serve", result["engine_args"].get("model", "MODEL"), *result["cli_args"]]))
     return "\n".join(lines)
 
 

@@ -34,7 +34,7 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"_ENGINE_ARGS_0_32", "INT_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are ints, with ranges",
     frozenset({"_ENGINE_ARGS_0_32", "FLOAT_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are floats, with "
     "ranges",
-    frozenset({"_ENGINE_ARGS_0_32", "BOOL_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are switches",
+    frozenset({"_ENGINE_ARGS_0_32", "_NEGATABLE_0_32"}): "every vLLM engine-argument name vs which are on/off options",
     frozenset({"_ENGINE_ARGS_0_32", "ENGINE_ARG_ORDER"}): "every vLLM engine-argument name vs the planner's output order",
     frozenset({"_ENGINE_ARGS_0_32", "_NOT_IN_FILE"}): "every vLLM engine-argument name vs the options the launcher "
     "keeps out of the --config file",

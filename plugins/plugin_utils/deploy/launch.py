@@ -21,6 +21,10 @@ import re
 import shlex
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_fields import (
+    negatable_names,
+    switch_names,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     DEFAULT_DP_RPC_PORT,
     DEFAULT_MASTER_PORT,
@@ -86,6 +90,15 @@ def _check_value(key: str, value: Any) -> None:
     raise LaunchError(f"engine argument {key!r} has an unsupported value {value!r}")
 
 
+def _extra_args(extra: Any) -> list[str]:
+    """The plan's ``extra_args``: a list of strings (one flag or one value each; preflight checked them)."""
+    if extra is None:
+        return []
+    if not isinstance(extra, list | tuple) or not all(isinstance(a, str) for a in extra):
+        raise LaunchError(f"extra_args must be a list of strings, got {extra!r}")
+    return list(extra)
+
+
 def engine_config(
     plan: dict[str, Any],
     *,
@@ -101,6 +114,14 @@ def engine_config(
     value removes an argument) < the deployment's own keys (``model``, ``served-model-name``,
     ``host``, ``port``). Keys are normalised (``max_num_seqs`` → ``max-num-seqs``) and sorted, so the
     rendered file is stable and diffs cleanly.
+
+    A switch set to ``false`` is written ``no-NAME: true``. vLLM's ``--config`` loader turns a ``false`` into
+    ``--no-NAME`` only when the parser it runs in has that option (vllm/utils/argparse_utils.py:617-621 in 0.32.0),
+    and it runs in ``vllm``'s top-level parser (``parse_args`` pulls the file in before the ``serve`` subcommand's
+    options exist: argparse_utils.py:335), which has none: ``enable-prefix-caching: false`` would be dropped and
+    prefix caching stay on. ``no-NAME: true`` becomes ``--no-NAME`` (line 618-619). A ``false`` plain switch
+    (``store_true``, no ``--no-`` form: off unless given) is left out. The release's switches come from
+    ``planner/engine_fields.py`` for the plan's ``vllm_version``.
 
     :raises LaunchError: a bad key or value, a missing ``engine_args``, a secret or per-node flag in
         the arguments (they are never written to the file)
@@ -134,7 +155,24 @@ def engine_config(
     )
     for name, value in merged.items():
         _check_value(name, value)
-    return {name: merged[name] for name in sorted(merged)}
+    loaded = _switches_as_loaded(merged, plan.get("vllm_version"))
+    return {name: loaded[name] for name in sorted(loaded)}
+
+
+def _switches_as_loaded(args: dict[str, Any], version: Any) -> dict[str, Any]:
+    """``args`` with each ``false`` switch in the form vLLM's ``--config`` loader reads (see :func:`engine_config`)."""
+    negatable = negatable_names(str(version) if version else None)
+    switches = switch_names(str(version) if version else None)
+    out: dict[str, Any] = {}
+    for name, value in args.items():
+        snake = name.replace("-", "_")
+        if value is False and snake in negatable:
+            out[f"no-{name}"] = True
+        elif value is False and snake in switches:
+            continue
+        else:
+            out[name] = value
+    return out
 
 
 def replica_layout(
@@ -208,6 +246,7 @@ def multinode_commands(
     config_path: str,
     master_port: int = DEFAULT_MASTER_PORT,
     ray_port: int = 6379,
+    extra_args: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The command each node of a multi-node replica runs, in start order (head first).
 
@@ -219,6 +258,7 @@ def multinode_commands(
 
     :param nodes: node addresses in rank order; ``nodes[0]`` is the head (serves the API)
     :param server_argv: how the image starts the API server, e.g. ``["vllm", "serve"]``
+    :param extra_args: the plan's ``extra_args``: every node's server command ends with them
     :returns: ``[{"rank", "address", "head", "serves_api", "argv", "shell"}]``; ``argv`` is the full
         command; ``shell`` the same, quoted for a shell (runbooks, ``--check`` output)
     """
@@ -238,6 +278,7 @@ def multinode_commands(
             raise LaunchError(f"{what} must be an int in 1..65535, got {value!r}")
     head = nodes[0]
     base = [*server_argv, "--config", config_path]
+    extra = _extra_args(extra_args)
     out: list[dict[str, Any]] = []
     for rank, address in enumerate(nodes):
         is_head = rank == 0
@@ -252,9 +293,10 @@ def multinode_commands(
             ]
             if not is_head:
                 argv.append("--headless")
+            argv += extra
         elif is_head:
             ray = ["ray", "start", "--head", f"--port={ray_port}", f"--node-ip-address={address}"]
-            server = [*base, "--distributed-executor-backend", "ray"]
+            server = [*base, "--distributed-executor-backend", "ray", *extra]
             argv = ["bash", "-c", f"{shlex.join(ray)} && exec {shlex.join(server)}"]
         else:
             argv = ["ray", "start", "--block", f"--address={head}:{ray_port}", f"--node-ip-address={address}"]
@@ -278,6 +320,7 @@ def data_parallel_commands(
     server_argv: list[str],
     config_path: str,
     rpc_port: int = DEFAULT_DP_RPC_PORT,
+    extra_args: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The command each node runs for data parallelism across a multi-node group, in rank order (head first).
 
@@ -297,6 +340,7 @@ def data_parallel_commands(
 
     :param nodes: node addresses in rank order; ``nodes[0]`` is the head (serves the API, binds the RPC port)
     :param server_argv: how the image starts the API server, e.g. ``["vllm", "serve"]``
+    :param extra_args: the plan's ``extra_args``: every node's command ends with them
     :returns: ``[{"rank", "address", "head", "serves_api", "start_rank", "size_local", "argv", "shell"}]``
     """
     if not isinstance(nodes, list) or len(nodes) < 2 or not all(isinstance(n, str) and n for n in nodes):
@@ -325,6 +369,7 @@ def data_parallel_commands(
         ]
         if rank:
             argv += ["--data-parallel-start-rank", str(rank * local), "--headless"]
+        argv += _extra_args(extra_args)
         out.append({"rank": rank, "address": address, "head": rank == 0, "serves_api": rank == 0,
                     "start_rank": rank * local, "size_local": local, "argv": argv, "shell": shlex.join(argv)})
     return out
@@ -478,6 +523,7 @@ def launch_record(
     if multinode and len(layout) != 1:
         raise LaunchError(f"a multi-node plan runs one replica per node group, the plan has {len(layout)}")
     stop_timeout = _stop_timeout(plan, settings.get("stop_timeout"))
+    extra = _extra_args(plan.get("extra_args"))
     net = network or {}
     base_env = {str(k): str(v) for k, v in {**(plan.get("env") or {}), **(net.get("env") or {}),
                                             **(env or {})}.items()}
@@ -511,6 +557,7 @@ def launch_record(
                 server_argv=list(settings["server_argv"]),
                 config_path=str(settings["config_mount"]),
                 rpc_port=rpc_port,
+                extra_args=extra,
             )[rank]
             argv = dp_command["argv"]
         elif multinode:
@@ -522,9 +569,12 @@ def launch_record(
                 config_path=str(settings["config_mount"]),
                 master_port=int(settings["master_port"]),
                 ray_port=int(settings["ray_port"]),
+                extra_args=extra,
             )[rank]["argv"]
         else:
-            argv = [*settings["server_argv"], "--config", str(settings["config_mount"])]
+            # The user's extra args after --config: vLLM reads the file's options first and a later flag wins
+            # (vllm/utils/argparse_utils.py:528-531, 557-563 in 0.32.0: "cli > config > defaults").
+            argv = [*settings["server_argv"], "--config", str(settings["config_mount"]), *extra]
         replica: dict[str, Any] = {
             "index": entry["index"],
             "container": entry["container"],

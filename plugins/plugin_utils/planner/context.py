@@ -22,6 +22,7 @@ class PlanInputs:
     user: dict[str, Any]  # normalised user engine args (dash-form keys, typed values)
     precision: Precision
     weights_total_bytes: int | None = None  # the checkpoint's real size, when known
+    extra_args: tuple[str, ...] = ()  # the user's extra vllm serve args (checked), verbatim after the engine args
 
 
 @dataclass(frozen=True)

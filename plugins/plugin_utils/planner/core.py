@@ -198,13 +198,14 @@ def plan_typed(
     prof = resolve_profile(profile)
     pol = policy if isinstance(policy, Policy) else policy_from_mapping(policy or {})
     user = normalise_engine_args(engine_args, rules)
-    parse_extra_args(list(extra_args or []), rules)
+    extra = tuple(str(a) for a in (extra_args or []))
+    parse_extra_args(list(extra), rules)
     _notes(gpu, user, rules, d)
     _check_device(spec, gpu, rules, d)
     _graceful_stop(user, rules, d)
     precision = resolve_precision(spec, gpu, user, rules, d)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,
-                     weights_total_bytes=weights_total_bytes)
+                     weights_total_bytes=weights_total_bytes, extra_args=extra)
     if gpu is None:
         return plan_cpu(ctx, facts or {}, d)
     return plan_gpu(ctx, gpu, d)

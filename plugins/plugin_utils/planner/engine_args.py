@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
 from .errors import PlanError, as_int
@@ -96,15 +98,35 @@ def ordered_engine_args(engine_args: dict[str, Any]) -> dict[str, Any]:
     return ordered
 
 
-def to_cli_args(engine_args: dict[str, Any]) -> list[str]:
-    """Engine args -> the argument list for ``vllm serve`` (the model is positional there)."""
+def option_argv(key: str, value: Any, negatable: Iterable[str] = ()) -> list[str]:
+    """One engine arg as ``vllm serve`` reads it, the way vLLM's own ``--config`` loader turns a YAML key into argv
+    (``FlexibleArgumentParser.load_config_file``, vllm/utils/argparse_utils.py:616-634 in 0.32.0): ``true`` → ``--key``;
+    ``false`` → ``--no-key`` where the release has that spelling (``negatable``, snake_case names: the
+    ``argparse.BooleanOptionalAction`` switches), else nothing (a plain ``store_true`` switch is off by default); a
+    mapping → one JSON argument (``--speculative-config '{"method": "ngram", ...}'``); a list → the flag then each
+    item (an empty list, like vLLM's loader, gives nothing); ``None`` → nothing; anything else → its text."""
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        if value:
+            return [f"--{key}"]
+        return [f"--no-{key}"] if key.replace("-", "_") in set(negatable) else []
+    if isinstance(value, dict):
+        return [f"--{key}", json.dumps(value)]
+    if isinstance(value, (list, tuple)):
+        return [f"--{key}", *(json.dumps(v) if isinstance(v, (dict, list)) else str(v) for v in value)] if value else []
+    return [f"--{key}", str(value)]
+
+
+def to_cli_args(engine_args: dict[str, Any], negatable: Iterable[str] = (),
+                extra_args: Iterable[str] = ()) -> list[str]:
+    """Engine args -> the argument list for ``vllm serve`` (the model is positional there), then the user's extra
+    args verbatim (after every engine arg, as the launch record's command puts them after ``--config``: on vLLM's
+    command line a later flag wins)."""
+    names = frozenset(negatable)
     args: list[str] = []
     for key, value in engine_args.items():
         if key == "model":
             continue
-        if isinstance(value, bool):
-            if value:
-                args.append(f"--{key}")
-            continue
-        args += [f"--{key}", str(value)]
-    return args
+        args += option_argv(key, value, names)
+    return args + [str(a) for a in extra_args]

@@ -136,6 +136,48 @@ SERVE_ONLY_NAMES: dict[str, frozenset[str]] = {"0.32": _SERVE_ONLY_0_32, "0.33":
 OPTION_ALIASES: dict[str, dict[str, str]] = {"0.32": _ALIASES_0_32, "0.33": _ALIASES_0_32}
 
 
+#: vLLM 0.32.0 on/off options that take both ``--NAME`` and ``--no-NAME`` (``argparse.BooleanOptionalAction``: every
+#: ``bool`` field, vllm/engine/arg_utils.py:378-380, and the explicit ones such as ``--enable-log-requests``), read
+#: from the real parser with ``scripts/vllm_serve_parse.py options``. A pinned ``false`` is written ``--no-NAME``
+#: on a command line; vLLM's ``--config`` loader does the same (vllm/utils/argparse_utils.py:617-621).
+_NEGATABLE_0_32: frozenset[str] = frozenset({
+    "allow_credentials", "allow_deprecated_quantization", "async_scheduling", "cohere_is_reasoning_model",
+    "cudagraph_metrics", "data_parallel_external_lb", "data_parallel_hybrid_lb", "dcp_q_replicate",
+    "disable_cascade_attn", "disable_chunked_mm_input", "disable_custom_all_reduce", "disable_fastapi_docs",
+    "disable_hybrid_kv_cache_manager", "disable_nccl_for_dp_synchronization", "disable_sliding_window",
+    "disable_uvicorn_access_log", "enable_auto_tool_choice", "enable_batch_sharded_sampling",
+    "enable_chunked_prefill", "enable_cumem_allocator", "enable_dbo", "enable_elastic_ep",
+    "enable_ep_weight_filter", "enable_eplb", "enable_expert_parallel", "enable_fault_tolerance",
+    "enable_flash_late_interaction", "enable_flashinfer_autotune", "enable_force_include_usage", "enable_hc_sp",
+    "enable_layerwise_nvtx_tracing", "enable_log_deltas", "enable_log_outputs", "enable_log_requests",
+    "enable_logging_iteration_details", "enable_lora", "enable_mamba_cache_stochastic_rounding",
+    "enable_mamba_shared_prefix_checkpoint", "enable_mfu_metrics", "enable_mixed_moe_lora_format",
+    "enable_mm_embeds", "enable_moe_shared_loras", "enable_nccl_comm_suspend", "enable_offline_docs",
+    "enable_per_request_metrics", "enable_prefix_caching", "enable_prompt_embeds", "enable_prompt_tokens_details",
+    "enable_request_id_headers", "enable_return_routed_experts", "enable_scale_out", "enable_server_load_tracking",
+    "enable_shm_tensor_arena", "enable_sleep_mode", "enable_ssl_refresh", "enable_tokenizer_info_endpoint",
+    "enable_tower_connector_lora", "enable_trace_replay", "enforce_eager", "exclude_tools_when_tool_choice_none",
+    "fail_on_environ_validation", "fully_sharded_loras", "interleave_mm_strings", "jit_monitor_verbose",
+    "kv_cache_metrics", "kv_sharing_fast_prefill", "language_model_only", "log_error_stack",
+    "long_prefill_token_threshold_adaptive", "mm_device_do_normalize", "mm_encoder_only", "numa_bind",
+    "ray_workers_use_nsight", "return_sampling_mask", "return_tokens_as_token_ids", "scheduler_reserve_full_isl",
+    "skip_mm_profiling", "skip_tokenizer_init", "sleep_mode_offload_cudagraph", "specialize_active_lora",
+    "swa_bounded_replay", "tokens_only", "trust_remote_code", "trust_request_chat_template",
+    "trust_request_mm_kwargs", "use_fp64_gumbel", "use_replayssm", "use_tqdm_on_load",
+})
+#: vLLM 0.32.0 switches with no ``--no-`` form (``store_true``): off unless given; a pinned ``false`` is left out.
+_SWITCHES_0_32: frozenset[str] = frozenset({
+    "aggregate_engine_logging", "data_parallel_multi_port_external_lb", "disable_log_stats", "grpc", "headless",
+})
+#: vLLM 0.33.0 adds one on/off option (``--monokernel``), from its own parser; the switches are unchanged.
+_NEGATABLE_0_33: frozenset[str] = _NEGATABLE_0_32 | {"monokernel"}
+
+#: Release series → the on/off options with a ``--no-`` form (snake_case).
+NEGATABLE_NAMES: dict[str, frozenset[str]] = {"0.32": _NEGATABLE_0_32, "0.33": _NEGATABLE_0_33}
+#: Release series → the ``store_true`` switches (snake_case).
+SWITCH_NAMES: dict[str, frozenset[str]] = {"0.32": _SWITCHES_0_32, "0.33": _SWITCHES_0_32}
+
+
 def _series(version: str | None, table: Mapping[str, object]) -> str:
     """The series key of ``table`` for ``version`` (``"0.32.1"`` → ``"0.32"``); the newest listed when the version is
     unset, unreadable or not listed (names vLLM removed are rules.REMOVED_ARGS, which preflight checks first)."""
@@ -172,3 +214,14 @@ def serve_only_names(version: str | None = None) -> frozenset[str]:
 def option_aliases(version: str | None = None) -> dict[str, str]:
     """Alias spellings of ``vllm serve`` options (``tp``, ``device_memory_utilization``) → the name they set."""
     return dict(OPTION_ALIASES[_series(version, OPTION_ALIASES)])
+
+
+def negatable_names(version: str | None = None) -> frozenset[str]:
+    """The on/off options of ``version`` that ``--no-NAME`` turns off (snake_case; the newest list for an unlisted
+    version)."""
+    return NEGATABLE_NAMES[_series(version, NEGATABLE_NAMES)]
+
+
+def switch_names(version: str | None = None) -> frozenset[str]:
+    """The ``store_true`` switches of ``version`` (snake_case): no ``--no-`` form."""
+    return SWITCH_NAMES[_series(version, SWITCH_NAMES)]

