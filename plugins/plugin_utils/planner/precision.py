@@ -109,6 +109,10 @@ def check_quantization(spec: ModelSpec, gpu: Gpu | None, user: str | None, rules
     if q.method == "none":
         d.note("quantization", "none: the checkpoint is not quantized")
         return q
+    if q.method == "modelopt_mixed" and q.source.startswith("hf_quant_config") and rules.version < (0, 33, 0):
+        # rules.VERIFIED quant:modelopt_legacy_method: 0.32 raises "Unknown ModelOpt quant algo" on this layout.
+        raise PlanError(f"vLLM {rules.text} cannot read MIXED_PRECISION from hf_quant_config.json (0.33 can): "
+                        "target vLLM 0.33, or move the quantization into config.json's quantization_config")
     floor = QUANT_MIN_CC.get(q.method, 75)
     if q.method == "compressed-tensors":
         floor = COMPRESSED_TENSORS_MIN_CC.get(q.scheme, 75)
