@@ -120,7 +120,7 @@ def check_quantization(spec: ModelSpec, gpu: Gpu | None, user: str | None, rules
         raise PlanError(f"the checkpoint is {q.method}{' ' + q.scheme if q.scheme else ''}, which needs "
                         f"compute capability {floor / 10:.1f}+; {gpu.name} is {gpu.compute_capability}: "
                         "use a bf16/fp16 or AWQ/GPTQ checkpoint")
-    note = (f"{q.method} read from the checkpoint's {q.source.replace('config.json ', '')}"
+    note = (f"{q.method} read from the checkpoint's {q.source.removeprefix('config.json ')}"
             f"{': ' + q.why if q.why else ''}; vLLM detects it (no flag needed)")
     if q.method == "fp8" and gpu is not None and cc_int(gpu.compute_capability) < 89:
         d.warnings.append(f"FP8 weights on cc {gpu.compute_capability} run weight-only through FP8-Marlin "

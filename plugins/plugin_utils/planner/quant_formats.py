@@ -302,7 +302,7 @@ def parse_quantization(q: Any, where: str = "config.json") -> Quantization:
     legacy = producer == "modelopt" and isinstance(q.get("quantization"), dict)
     source = "hf_quant_config.json (ModelOpt layout)" if legacy else f"{where} quantization_config"
     method = str(q.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors")
-    if legacy or method.startswith("modelopt"):
+    if legacy or method.startswith("modelopt") or (producer == "modelopt" and not method):  # ModelOpt 0.31 inline
         return _modelopt(q, source)
     if method in ("awq", "gptq", "auto-round", "auto_round", "intel/auto-round"):
         return _int_group(q, "auto-round" if "round" in method else method)
