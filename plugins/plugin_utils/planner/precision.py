@@ -10,7 +10,7 @@ from .errors import PlanError
 from .hardware import COMPRESSED_TENSORS_MIN_CC, QUANT_MIN_CC, QUANT_PLUGINS, cc_int, fp8_kv_backends
 from .inputs import Gpu
 from .model import FP16_UNSAFE_MODEL_TYPES, ModelSpec, weights_bytes_per_gpu
-from .quant_formats import Quantization
+from .quant_formats import KNOWN_METHODS, Quantization
 from .rules import KNOWN_DTYPES, KV_DTYPES, VersionRules
 
 #: Above this relative difference between the per-tensor estimate and the safetensors index's total_size the plan
@@ -19,8 +19,7 @@ WEIGHTS_MISMATCH_WARN = 0.03
 GIB = 1024**3
 
 # Checkpoint formats whose unquantized (dense) layers are stored in 16 bits whatever the compute dtype.
-SIXTEEN_BIT_DENSE_METHODS = ("awq", "gptq", "auto-round", "fp8", "compressed-tensors", "mxfp4", "modelopt",
-                             "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed", "quark")
+SIXTEEN_BIT_DENSE_METHODS = tuple(m for m in KNOWN_METHODS if m not in QUANT_PLUGINS)
 
 
 @dataclass(frozen=True)
