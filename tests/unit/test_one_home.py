@@ -29,6 +29,8 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU129"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU121"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"ENGINE_ARG_ORDER", "INT_ENGINE_ARGS"}): "the planner's output order vs which engine args are ints",
+    frozenset({"QUANT_MIN_CC", "KNOWN_METHODS"}): "minimum compute capability per --quantization method vs the "
+    "checkpoint formats the planner sizes (online-only and checkpoint-only names differ)",
     # planner/engine_fields.py: every option name vLLM 0.32 takes (read from its source); the others say something
     # about some of those names (type and range, output order, what stays out of the --config file).
     frozenset({"_ENGINE_ARGS_0_32", "INT_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are ints, with ranges",

@@ -63,7 +63,7 @@ from .memory import (
 )
 from .model import ModelConfigError, ModelSpec, parse_model_config
 from .plan_types import Plan
-from .precision import resolve_precision
+from .precision import reconcile_weights, resolve_precision
 from .rules import (
     CPU_LANE_WHY,
     DEFAULT_VLLM_VERSION,
@@ -204,6 +204,7 @@ def plan_typed(
     _check_device(spec, gpu, rules, d)
     _graceful_stop(user, rules, d)
     precision = resolve_precision(spec, gpu, user, rules, d)
+    reconcile_weights(spec, precision, weights_total_bytes, d)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,
                      weights_total_bytes=weights_total_bytes, extra_args=extra)
     if gpu is None:

@@ -187,6 +187,9 @@ QUANT_MIN_CC: dict[str, int] = {
     "modelopt": 80,
     "modelopt_fp4": 75,
     "modelopt_mxfp8": 80,
+    "modelopt_mixed": 75,
+    "quark": 70,
+    "auto-round": 75,  # vLLM's inc method (60), 75 by the platform floor
     "mxfp4": 80,
     "gpt_oss_mxfp4": 80,
     "experts_int8": 80,

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from .hardware import CUBLAS_HANDLES_MIB, GIB, MIB, cc_tuple
-from .model import ModelSpec, Quantization, stage_layers, weights_bytes_per_gpu
+from .model import ModelSpec, stage_layers, weights_bytes_per_gpu
+from .quant_formats import Quantization
 from .rules import cudagraph_capture_sizes
 
 # cuBLAS/cuBLASLt handles and workspaces: allocated after vLLM's snapshot (inside the budget) before 0.33; 0.33

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from .quant_formats import QuantFormatError, Quantization, parse_quantization
+
 
 class ModelConfigError(ValueError):
     """The model's config cannot be planned for; the message says what is wrong."""
@@ -23,30 +25,6 @@ _NON_GATED_MLP = ("PhiForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM", "Fa
 FP16_UNSAFE_MODEL_TYPES = ("gemma2", "gemma3", "gemma3_text", "glm4")
 _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
                  "max_sequence_length", "max_seq_length", "seq_len", "model_max_length")
-
-
-@dataclass(frozen=True)
-class Quantization:
-    method: str  # "none", "awq", "gptq", "fp8", "compressed-tensors", "mxfp4", ...
-    weight_bits: float = 16.0
-    group_size: int = 0
-    scheme: str = ""  # compressed-tensors scheme (w8a8-fp8, wna16, ...)
-    block_fp8: bool = False
-    experts_only: bool = False  # e.g. gpt-oss MXFP4 quantizes only the MoE experts
-
-    def linear_bytes_per_param(self, dense_bytes: float) -> float:
-        """Bytes one linear-layer parameter takes in memory, scales and zero points included."""
-        if self.method == "none":
-            return dense_bytes
-        bits = self.weight_bits
-        if self.method in ("awq", "gptq", "compressed-tensors") and bits <= 4 and self.group_size:
-            # packed int4 + one fp16 scale and one packed zero point per group
-            return bits / 8 + (2 + bits / 8) / self.group_size
-        if self.method == "mxfp4":
-            return 0.5 + 1 / 32  # e2m1 values + one e8m0 scale per 32
-        if bits == 8:
-            return 1.0 + (4 / (128 * 128) if self.block_fp8 else 0.0)
-        return bits / 8
 
 
 @dataclass(frozen=True)
@@ -192,41 +170,11 @@ def derived_max_model_len(cfg: dict[str, Any]) -> int:
 
 
 def _quantization(cfg: dict[str, Any]) -> Quantization:
-    q = cfg.get("quantization_config")
-    if not q:
-        return Quantization("none")
-    if not isinstance(q, dict):
-        raise ModelConfigError("config.json 'quantization_config' must be an object")
-    method = str(q.get("quant_method", "")).lower().replace("_", "-")
-    if method in ("awq", "gptq"):
-        bits = int(q.get("bits") or q.get("w_bit") or 4)
-        group_size = int(q.get("group_size", q.get("q_group_size", 128)) or 0)
-        return Quantization(method, float(bits), max(group_size, 0))
-    if method == "fp8":
-        block = bool(q.get("weight_block_size"))
-        return Quantization("fp8", 8.0, 0, block_fp8=block)
-    if method == "mxfp4":
-        return Quantization("mxfp4", 4.25, 32, experts_only=True)
-    if method == "compressed-tensors":
-        scheme = "w8a8-int8"
-        groups = q.get("config_groups") or {}
-        for entry in groups.values():
-            w = (entry or {}).get("weights") or {}
-            a = (entry or {}).get("input_activations") or {}
-            num_bits = float(w.get("num_bits", 8))
-            wtype = str(w.get("type", "int"))
-            if num_bits <= 4:
-                scheme = "nvfp4" if wtype == "float" else ("wna16" if not a else "w4a8-fp8")
-            elif wtype == "float":
-                scheme = "w8a8-fp8"
-            else:
-                scheme = "w8a8-int8" if a else "wna16"
-            group_size = int(w.get("group_size") or 0)
-            return Quantization("compressed-tensors", num_bits, group_size, scheme=scheme)
-        return Quantization("compressed-tensors", 8.0, 0, scheme=scheme)
-    if method in ("bitsandbytes", "gguf"):
-        return Quantization(method, 4.0)
-    return Quantization(method or "unknown", 8.0)
+    """The checkpoint's quantization (:func:`quant_formats.parse_quantization`); its errors are config errors."""
+    try:
+        return parse_quantization(cfg.get("quantization_config"))
+    except QuantFormatError as exc:
+        raise ModelConfigError(str(exc)) from None
 
 
 def _layer_kinds(cfg: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], int]:
@@ -431,25 +379,14 @@ def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
     :func:`moe_expert_shards`); everything else is split by ``tp`` and whole on every data-parallel rank.
     """
     q = quant or spec.quantization
-    lin = q.linear_bytes_per_param(dense_bytes)
-    attn_b = dense_bytes if q.experts_only else lin
-    dense_mlp_b = dense_bytes if q.experts_only else lin
-
-    def layer_bytes(kind: str, layer: int) -> float:
-        if kind == "mamba":
-            total = spec.mamba_params_per_layer(tp) * attn_b
-        else:
-            split, repl = spec.attention_params_per_layer(tp)
-            total = (split + repl) * attn_b
-        experts, dense = spec.mlp_params_per_layer(layer, tp, expert_shards)
-        return total + experts * lin + dense * dense_mlp_b + 2 * spec.hidden_size * dense_bytes  # + norms
-
-    cache: dict[tuple[str, bool], float] = {}
+    cache: dict[tuple[str, bool, tuple[float, ...]], float] = {}
     per_layer: list[float] = []
     for layer, kind in enumerate(spec.layer_kinds):
-        key = (kind, spec.is_moe and layer >= spec.dense_layers)
+        moe_layer = spec.is_moe and layer >= spec.dense_layers
+        rates = layer_module_bytes(spec, q, layer, kind, float(dense_bytes))
+        key = (kind, moe_layer, rates)
         if key not in cache:
-            cache[key] = layer_bytes(kind, layer)
+            cache[key] = _layer_bytes(spec, tp, kind, layer, moe_layer, rates, dense_bytes, expert_shards)
         per_layer.append(cache[key])
     emb, head = spec.embedding_params(tp)
     counts = stage_layers(spec.num_layers, pp)
@@ -464,6 +401,61 @@ def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
         result.append(int(total))
         start += count
     return tuple(result)
+
+
+#: The checkpoint / vLLM names a module goes by (per layer ``{p}``), matched against a quantization's skip list and
+#: per-module table: what the planner calls attention, dense MLP, routed experts, shared experts and Mamba mixers.
+_MODULE_NAMES: dict[str, tuple[str, ...]] = {
+    "attention": ("{p}.self_attn.q_proj", "{p}.self_attn.o_proj", "{p}.self_attn.qkv_proj",
+                  "{p}.self_attn.q_a_proj", "{p}.self_attn.kv_b_proj"),
+    "mamba": ("{p}.linear_attn.in_proj_qkv", "{p}.linear_attn.out_proj", "{p}.linear_attn.in_proj_qkvz",
+              "{p}.mixer.in_proj", "{p}.mixer.out_proj"),
+    "dense_mlp": ("{p}.mlp.gate_proj", "{p}.mlp.down_proj", "{p}.mlp.gate_up_proj"),
+    "experts": ("{p}.mlp.experts.0.gate_proj", "{p}.mlp.experts.0.down_proj", "{p}.mlp.experts",
+                "{p}.block_sparse_moe.experts.0.w1", "{p}.mlp.experts.gate_up_proj"),
+    "shared": ("{p}.mlp.shared_experts.gate_proj", "{p}.mlp.shared_expert.gate_proj", "{p}.mlp.shared_experts",
+               "{p}.mlp.shared_expert"),
+}
+
+
+@lru_cache(maxsize=65536)
+def layer_module_bytes(spec: ModelSpec, q: Quantization, layer: int, kind: str,
+                       dense_bytes: float) -> tuple[float, float, float, float]:
+    """Bytes per parameter of one layer's (attention or mixer, dense MLP, routed experts, shared experts).
+
+    A module the checkpoint leaves unquantized keeps ``dense_bytes``; MXFP4 (gpt-oss) quantizes only the experts.
+    """
+    prefix = f"model.language_model.layers.{layer}" if spec.multimodal else f"model.layers.{layer}"
+
+    def rate(group: str) -> float:
+        names = tuple(n.format(p=prefix) for n in _MODULE_NAMES[group])
+        if q.experts_only and group != "experts":
+            return float(dense_bytes)
+        return q.module_bytes(names, dense_bytes)
+
+    mixer = rate("mamba" if kind == "mamba" else "attention")
+    return (mixer, rate("dense_mlp"), rate("experts"), rate("shared"))
+
+
+def _layer_bytes(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: bool,
+                 rates: tuple[float, float, float, float], dense_bytes: int, expert_shards: int | None) -> float:
+    """One layer's weight bytes on one GPU: mixer, MLP (routed experts, shared experts, router) and norms.
+
+    The router stays in the checkpoint dtype (vLLM builds MoE gates without a quant_config).
+    """
+    mixer_b, dense_b, experts_b, shared_b = rates
+    if kind == "mamba":
+        total = spec.mamba_params_per_layer(tp) * mixer_b
+    else:
+        split, repl = spec.attention_params_per_layer(tp)
+        total = (split + repl) * mixer_b
+    experts, dense = spec.mlp_params_per_layer(layer, tp, expert_shards)
+    if moe_layer:
+        router = spec.hidden_size * spec.num_experts
+        total += experts * experts_b + (dense - router) * shared_b + router * dense_bytes
+    else:
+        total += dense * dense_b
+    return total + 2 * spec.hidden_size * dense_bytes  # + norms
 
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:

@@ -43,10 +43,33 @@ def _refuse_binary(config_path: str, given_dir: bool) -> None:
     raise ModelFilesError(f"{where} is {what}, not a config.json: {_GIVE_INSTEAD}")
 
 
+def _with_hf_quant_config(config: dict[str, Any], model_dir: str) -> dict[str, Any]:
+    """config.json with ModelOpt's ``hf_quant_config.json`` as its ``quantization_config``, as vLLM reads it.
+
+    vLLM (``transformers_utils/config.py``, "ModelOpt 0.29.0 and before saves the quantization config in a separate
+    hf_quant_config.json") uses the file only when config.json has no ``quantization_config``; so does this.
+    """
+    quant_path = os.path.join(model_dir, "hf_quant_config.json")
+    if config.get("quantization_config") is not None or not os.path.isfile(quant_path):
+        return config
+    try:
+        with open(quant_path, encoding="utf-8") as handle:
+            quant = json.load(handle)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelFilesError(f"cannot read '{quant_path}': {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ModelFilesError(f"'{quant_path}' is not valid JSON (line {exc.lineno}: {exc.msg}): fix or remove it "
+                              "(vLLM reads it for the checkpoint's quantization)") from None
+    if not isinstance(quant, dict):
+        raise ModelFilesError(f"'{quant_path}' must hold a JSON object (ModelOpt's quantization description)")
+    return {**config, "quantization_config": quant}
+
+
 def load_model(path: str) -> tuple[dict[str, Any], int | None, str]:
     """Return (config dict, safetensors total bytes or None, model directory) for a directory or a config.json.
 
-    ``metadata.total_size`` of ``model.safetensors.index.json`` gives the real weight bytes when present.
+    ``metadata.total_size`` of ``model.safetensors.index.json`` gives the real weight bytes when present; a ModelOpt
+    ``hf_quant_config.json`` beside config.json becomes its ``quantization_config`` (:func:`_with_hf_quant_config`).
     """
     if not path:
         raise ModelFilesError("no model given: pass a model directory or its config.json")
@@ -81,6 +104,7 @@ def load_model(path: str) -> tuple[dict[str, Any], int | None, str]:
                 config = {**config, "tokenizer_model_max_length": tok_max}
         except (OSError, ValueError, AttributeError):
             pass
+    config = _with_hf_quant_config(config, model_dir)
     total: int | None = None
     index_path = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.isfile(index_path):

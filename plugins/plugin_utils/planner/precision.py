@@ -9,11 +9,17 @@ from .decision import Decision
 from .errors import PlanError
 from .hardware import COMPRESSED_TENSORS_MIN_CC, QUANT_MIN_CC, QUANT_PLUGINS, cc_int, fp8_kv_backends
 from .inputs import Gpu
-from .model import FP16_UNSAFE_MODEL_TYPES, ModelSpec, Quantization
+from .model import FP16_UNSAFE_MODEL_TYPES, ModelSpec, weights_bytes_per_gpu
+from .quant_formats import KNOWN_METHODS, Quantization
 from .rules import KNOWN_DTYPES, KV_DTYPES, VersionRules
 
+#: Above this relative difference between the per-tensor estimate and the safetensors index's total_size the plan
+#: warns (the index wins either way: it is what vLLM loads).
+WEIGHTS_MISMATCH_WARN = 0.03
+GIB = 1024**3
+
 # Checkpoint formats whose unquantized (dense) layers are stored in 16 bits whatever the compute dtype.
-SIXTEEN_BIT_DENSE_METHODS = ("awq", "gptq", "fp8", "compressed-tensors", "mxfp4")
+SIXTEEN_BIT_DENSE_METHODS = tuple(m for m in KNOWN_METHODS if m not in QUANT_PLUGINS)
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,10 @@ def check_quantization(spec: ModelSpec, gpu: Gpu | None, user: str | None, rules
     if q.method == "none":
         d.note("quantization", "none: the checkpoint is not quantized")
         return q
+    if q.method == "modelopt_mixed" and q.source.startswith("hf_quant_config") and rules.version < (0, 33, 0):
+        # rules.VERIFIED quant:modelopt_legacy_method: 0.32 raises "Unknown ModelOpt quant algo" on this layout.
+        raise PlanError(f"vLLM {rules.text} cannot read MIXED_PRECISION from hf_quant_config.json (0.33 can): "
+                        "target vLLM 0.33, or move the quantization into config.json's quantization_config")
     floor = QUANT_MIN_CC.get(q.method, 75)
     if q.method == "compressed-tensors":
         floor = COMPRESSED_TENSORS_MIN_CC.get(q.scheme, 75)
@@ -109,7 +119,8 @@ def check_quantization(spec: ModelSpec, gpu: Gpu | None, user: str | None, rules
         raise PlanError(f"the checkpoint is {q.method}{' ' + q.scheme if q.scheme else ''}, which needs "
                         f"compute capability {floor / 10:.1f}+; {gpu.name} is {gpu.compute_capability}: "
                         "use a bf16/fp16 or AWQ/GPTQ checkpoint")
-    note = f"{q.method} read from the checkpoint's quantization_config; vLLM detects it (no flag needed)"
+    note = (f"{q.method} read from the checkpoint's {q.source.removeprefix('config.json ')}"
+            f"{': ' + q.why if q.why else ''}; vLLM detects it (no flag needed)")
     if q.method == "fp8" and gpu is not None and cc_int(gpu.compute_capability) < 89:
         d.warnings.append(f"FP8 weights on cc {gpu.compute_capability} run weight-only through FP8-Marlin "
                           "(no FP8 tensor cores below 8.9)")
@@ -139,3 +150,21 @@ def kv_cache_dtype_bytes(spec: ModelSpec, gpu: Gpu | None, user: str | None, d: 
         return 1
     d.set("kv-cache-dtype", user, "set by you")
     return 2
+
+
+def reconcile_weights(spec: ModelSpec, prec: Precision, total_size: int | None, d: Decision) -> None:
+    """Say which weight size the plan uses: the safetensors index's ``total_size`` when given, else the estimate
+    from the config and its quantization; with both, by how much they differ (over 3 %: a warning)."""
+    estimate = sum(weights_bytes_per_gpu(spec, 1, 1, prec.dense_bytes, prec.quant))
+    how = prec.quant.why if prec.quant.method != "none" else f"{prec.dense_bytes} bytes per parameter"
+    if not total_size:
+        d.note("weights", f"{estimate / GIB:.2f} GiB estimated from config.json ({how}); give the model directory "
+               "with its model.safetensors.index.json to use the checkpoint's real size")
+        return
+    diff = (estimate - total_size) / total_size
+    d.note("weights", f"{total_size / GIB:.2f} GiB from model.safetensors.index.json total_size (used); the "
+           f"estimate from config.json ({how}) is {estimate / GIB:.2f} GiB, {diff:+.1%}")
+    if abs(diff) > WEIGHTS_MISMATCH_WARN:
+        d.warnings.append(f"the checkpoint's total_size ({total_size / GIB:.2f} GiB) and the estimate from its "
+                          f"config ({estimate / GIB:.2f} GiB) differ by {diff:+.1%}: the plan uses total_size; "
+                          "check that config.json and its quantization describe these weights")
