@@ -89,7 +89,7 @@ integration-fleet: venv testbed-site
 	VLLM_FLEET_MIN_TESTS=13 $(BIN)/pytest $(FLEET_TESTS) -m "integration and not resolve" --durations=15
 
 # The rest (image, planner calibration, monitoring, preflight, collection), after the molecule scenarios.
-integration-rest: venv testbed molecule
+integration-rest: venv vllm-src testbed molecule
 	VLLM_FLEET_MIN_TESTS=60 $(BIN)/pytest tests/integration -m "integration and not resolve" \
 	  $(addprefix --ignore=,$(FLEET_TESTS)) --durations=25
 
