@@ -20,6 +20,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_fil
     load_facts,
     plan_for_model,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.options import CLI_FLAGS, OPTIONS
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     DEFAULT_VLLM_VERSION,
     NEWEST_CPU_VLLM_VERSION,
@@ -27,21 +28,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
     rules_for,
 )
 
-ENGINE_FLAGS = (
-    ("--tensor-parallel-size", int, "GPUs per replica (must divide the attention heads)"),
-    ("--pipeline-parallel-size", int, "pipeline stages (across hosts when one host is not enough)"),
-    ("--data-parallel-size", int, "engines of TP x PP GPUs each in one replica on this host, or spread evenly over "
-     "--max-nodes hosts (TP only; vLLM balances them)"),
-    ("--gpu-memory-utilization", float, "fraction of each GPU vLLM may budget (default: from absolute headroom)"),
-    ("--max-model-len", int, "longest request in tokens (default: the model's limit, clamped to fit)"),
-    ("--dtype", str, "auto, bfloat16, float16 or float32"),
-    ("--quantization", str, "quantization method (default: read from the checkpoint)"),
-    ("--kv-cache-dtype", str, "auto, fp8, fp8_e4m3, fp8_e5m2"),
-    ("--max-num-seqs", int, "concurrent sequences (default: from predicted KV capacity and the profile)"),
-    ("--max-num-batched-tokens", int, "tokens per scheduler step (default: from the profile and the GPU)"),
-    ("--block-size", int, "KV block size (default: left to the attention backend)"),
-    ("--kv-cache-memory-bytes", int, "fixed KV cache size in bytes (bypasses the utilisation budget)"),
-)
+#: The engine-argument flags ``vllm-fleet plan`` offers, with their types and help: planner/options.py's table.
+ENGINE_FLAGS = CLI_FLAGS
+#: Its on/off flags (``--enforce-eager``): set true when given.
+SWITCH_FLAGS = tuple(o for o in OPTIONS if o.cli and o.kind == "bool")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     eng = p.add_argument_group("vLLM engine arguments you set (they win and are validated)")
     for flag, kind, text in ENGINE_FLAGS:
         eng.add_argument(flag, type=kind, help=text)
-    eng.add_argument("--enforce-eager", action="store_true", default=None, help="no CUDA graphs / compilation")
+    for switch in SWITCH_FLAGS:
+        eng.add_argument(f"--{switch.key}", action="store_true", default=None, help=switch.help)
     eng.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                      help="any other vLLM engine argument, e.g. enable_prefix_caching=false or "
                      "speculative_config='{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'; VALUE is read "
@@ -148,8 +139,9 @@ def engine_arg_pins(items: list[str]) -> dict[str, Any]:
 
 def run_plan(args: argparse.Namespace) -> dict[str, Any]:
     engine_args = {flag[2:]: getattr(args, flag[2:].replace("-", "_")) for flag, _type, _help in ENGINE_FLAGS}
-    if args.enforce_eager:
-        engine_args["enforce-eager"] = True
+    for switch in SWITCH_FLAGS:
+        if getattr(args, switch.name):
+            engine_args[switch.key] = True
     for key, value in engine_arg_pins(args.engine_arg).items():
         if engine_args.get(key) is not None:
             raise PlanError(f"--{key} and --engine-arg {key}=... are both given: keep one")

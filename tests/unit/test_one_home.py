@@ -28,20 +28,16 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU130"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU129"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU121"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
-    frozenset({"ENGINE_ARG_ORDER", "INT_ENGINE_ARGS"}): "the planner's output order vs which engine args are ints",
     frozenset({"QUANT_MIN_CC", "KNOWN_METHODS"}): "minimum compute capability per --quantization method vs the "
     "checkpoint formats the planner sizes (online-only and checkpoint-only names differ)",
-    # planner/engine_fields.py: every option name vLLM 0.32 takes (read from its source); the others say something
-    # about some of those names (type and range, output order, what stays out of the --config file).
-    frozenset({"_ENGINE_ARGS_0_32", "INT_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are ints, with ranges",
-    frozenset({"_ENGINE_ARGS_0_32", "FLOAT_ENGINE_ARGS"}): "every vLLM engine-argument name vs which are floats, with "
-    "ranges",
+    # planner/engine_fields.py: every option name vLLM takes per release (read from its parser); planner/options.py
+    # declares what the project knows beyond the name for some of them (type, range, owner, file or command line).
     frozenset({"_ENGINE_ARGS_0_32", "_NEGATABLE_0_32"}): "every vLLM engine-argument name vs which are on/off options",
-    frozenset({"_ENGINE_ARGS_0_32", "ENGINE_ARG_ORDER"}): "every vLLM engine-argument name vs the planner's output order",
-    frozenset({"_ENGINE_ARGS_0_32", "_NOT_IN_FILE"}): "every vLLM engine-argument name vs the options the launcher "
-    "keeps out of the --config file",
-    frozenset({"_SERVE_ONLY_0_32", "_NOT_IN_FILE"}): "every vllm serve option that is not an engine argument vs the "
-    "options the launcher keeps out of the --config file",
+    frozenset({"_ENGINE_ARGS_0_32", "OPTIONS"}): "every vLLM engine-argument name vs the options the project types",
+    frozenset({"_NEGATABLE_0_32", "OPTIONS"}): "vLLM's on/off options vs the options the project types",
+    frozenset({"_SERVE_ONLY_0_32", "OPTIONS"}): "every vllm serve option that is not an engine argument vs the "
+    "options the project types",
+    frozenset({"LAUNCH_SETTINGS", "OPTIONS"}): "the launch record's inventory settings vs vLLM's options they become",
     frozenset({"QUANT_MIN_CC", "SIXTEEN_BIT_DENSE_METHODS"}): "minimum compute capability per quantization method "
     "vs the methods whose unquantized layers stay 16-bit",
     # module_utils runs on the hosts and cannot import the planner, so tiny_model.py keeps a copy of vLLM's CPU

@@ -25,6 +25,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_fi
     negatable_names,
     switch_names,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.options import NOT_IN_FILE, option
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     DEFAULT_DP_RPC_PORT,
     DEFAULT_MASTER_PORT,
@@ -50,24 +51,10 @@ class LaunchError(ValueError):
 
 
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-# Never written to the config file: secrets travel as environment variables (VLLM_API_KEY, HF_TOKEN),
-# and the multi-node flags differ per node (or come from the layout), so they go on each node's command line.
-_NOT_IN_FILE = frozenset(
-    {
-        "api-key",
-        "config",
-        "nnodes",
-        "node-rank",
-        "master-addr",
-        "master-port",
-        "headless",
-        "distributed-executor-backend",
-        "data-parallel-size-local",
-        "data-parallel-start-rank",
-        "data-parallel-address",
-        "data-parallel-rpc-port",
-    }
-)
+# Never written to the config file (planner/options.py, in_file=False): secrets travel as environment variables
+# (VLLM_API_KEY, HF_TOKEN), and the multi-node flags differ per node (or come from the layout), so they go on each
+# node's command line.
+_NOT_IN_FILE = NOT_IN_FILE
 _SCALARS = (str, int, float, bool)
 
 
@@ -145,8 +132,9 @@ def engine_config(
         else:
             merged[name] = value
     for name in sorted(_NOT_IN_FILE & merged.keys()):
-        if name == "api-key":
-            raise LaunchError("api-key must not be an engine argument: set vllm_serve_api_key (Vault) instead")
+        declared = option(name)
+        if declared is not None and declared.owner == "secret":
+            raise LaunchError(f"{name} must not be an engine argument: {declared.instead}")
         raise LaunchError(
             f"{name!r} is set per node by the multi-node launcher; remove it from the engine arguments"
         )

@@ -8,38 +8,36 @@ from typing import Any
 
 from .errors import PlanError, as_int
 from .model import ModelSpec
-from .rules import INT_ENGINE_ARGS, VersionRules
+from .options import ENGINE_ARG_ORDER, FLOAT_ENGINE_ARGS, INT_ENGINE_ARGS, option
+from .rules import VersionRules
 
 ENGINE_ARG_ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size"}
 #: The integer engine args (dash form) → the least value the planner accepts: 1 ("must be positive"), or 0 where
-#: rules.INT_ENGINE_ARGS starts at 0 (``seed``, ``optimization-level``). The upper bounds are preflight's.
+#: options.INT_ENGINE_ARGS starts at 0 (``seed``, ``optimization-level``). The upper bounds are preflight's.
 INT_ARGS: dict[str, int] = {key.replace("_", "-"): min(low, 1) for key, (low, _high) in INT_ENGINE_ARGS.items()}
-# Output order of the engine args the planner decides; any other (user) arg follows in insertion order.
-ENGINE_ARG_ORDER = ("model", "data-parallel-size", "tensor-parallel-size", "pipeline-parallel-size",
-                    "gpu-memory-utilization", "kv-cache-memory-bytes", "max-model-len", "max-num-seqs",
-                    "max-num-batched-tokens", "dtype", "quantization", "kv-cache-dtype", "block-size",
-                    "enable-expert-parallel", "enforce-eager")
 
 
 def _typed_value(key: str, value: Any) -> Any:
-    """One user value checked and converted for its (dash-form) key."""
+    """One user value checked and converted for its (dash-form) key, by its declaration (``options.py``)."""
+    declared = option(key)
     if key in INT_ARGS:
         number = as_int(value, f"--{key}")
         if number < INT_ARGS[key]:
             raise PlanError(f"--{key} must be positive, not {number}" if INT_ARGS[key] > 0
                             else f"--{key} must be 0 or more, not {number}")
         return number
-    if key == "gpu-memory-utilization":
+    if declared is not None and declared.kind == "float" and declared.name in FLOAT_ENGINE_ARGS:
+        low, high = FLOAT_ENGINE_ARGS[declared.name]
         try:
             fraction = float(value)
         except (TypeError, ValueError):
-            raise PlanError(f"--gpu-memory-utilization must be a number, not {value!r}") from None
-        if not 0.0 < fraction <= 1.0:
-            raise PlanError(f"--gpu-memory-utilization must be in (0, 1], not {fraction}: it is a fraction "
-                            "of each GPU's memory")
+            raise PlanError(f"--{key} must be a number, not {value!r}") from None
+        if not low < fraction <= high:
+            raise PlanError(f"--{key} must be in ({low:g}, {high:g}], not {fraction}: {declared.help}")
         return fraction
-    if key == "enforce-eager" and not isinstance(value, bool):
-        raise PlanError(f"--enforce-eager is a switch (true/false), not {value!r}")
+    if declared is not None and declared.kind == "bool" and declared.owner == "planner" \
+            and not isinstance(value, bool):
+        raise PlanError(f"--{key} is a switch (true/false), not {value!r}")
     return value
 
 

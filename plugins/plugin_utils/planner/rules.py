@@ -308,38 +308,6 @@ KNOWN_DTYPES: dict[str, str] = {"auto": "auto", "half": "float16", "float16": "f
 #: per-token layouts whose page size is not dtype bytes x head size).
 KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
-#: Integer engine arguments (EngineArgs fields typed int) → the range the fleet accepts (min, max; None: no max).
-#: The bounds are sanity limits, not vLLM's; ``max_model_len`` also takes ``auto``/``-1`` (fit to memory).
-#: Preflight checks pinned values against the range; the planner (engine_args.py) converts these keys to int and
-#: refuses values below 1, or below 0 where the minimum here is 0 (``seed``, ``optimization_level`` = -O0..-O3).
-INT_ENGINE_ARGS: dict[str, tuple[int, int | None]] = {
-    "tensor_parallel_size": (1, 1024),
-    "pipeline_parallel_size": (1, 1024),
-    "data_parallel_size": (1, 1024),
-    "max_num_seqs": (1, 1_000_000),
-    "max_num_batched_tokens": (1, 100_000_000),
-    "block_size": (1, 4096),
-    "max_model_len": (16, 100_000_000),
-    "kv_cache_memory_bytes": (1, None),
-    "optimization_level": (0, 3),
-    "seed": (0, None),
-    "max_loras": (1, None),
-    "shutdown_timeout": (0, 86_400),  # config/vllm.py Field(default=0, ge=0); 0 aborts in-flight requests
-}
-#: Float engine arguments → (exclusive lower bound, inclusive upper bound); gpu_memory_utilization is vLLM's
-#: ``Field(gt=0, le=1)`` (config/cache.py).
-FLOAT_ENGINE_ARGS: dict[str, tuple[float, float]] = {
-    "gpu_memory_utilization": (0.0, 1.0),
-    "kv_offloading_size": (0.0, 1.0e6),
-    "cpu_offload_gb": (-1.0e-9, 1.0e6),
-}
-#: Engine arguments with a fixed set of values (config/parallel.py ``DistributedExecutorBackend``; vllm-facts
-#: §B1 ``--performance-mode``). ``dtype``/``kv_cache_dtype``: :attr:`VersionRules.dtypes`/``kv_cache_dtypes``.
-CHOICE_ENGINE_ARGS: dict[str, tuple[str, ...]] = {
-    "distributed_executor_backend": ("mp", "ray", "uni", "external_launcher"),
-    "performance_mode": ("balanced", "interactivity", "throughput"),
-}
-
 #: Head sizes vLLM's CPU attention kernels support (``v1/attention/backends/cpu_attn.py:52-70``, vLLM 0.32): the
 #: CPU lane refuses other sizes. ``plugins/module_utils/tiny_model.py`` keeps a host-side copy (module_utils
 #: cannot import the planner); ``tests/unit/tiny_model/test_tiny_model_content.py`` checks the two are equal.

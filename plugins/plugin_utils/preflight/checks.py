@@ -37,11 +37,17 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_fi
     serve_only_names,
     switch_names,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.options import (
+    BUDGETED_PINS,
     CHOICE_ENGINE_ARGS,
-    DEFAULT_VLLM_VERSION,
     FLOAT_ENGINE_ARGS,
     INT_ENGINE_ARGS,
+    NOT_MODELLED,
+    OPTIONS,
+    option,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
+    DEFAULT_VLLM_VERSION,
     Removed,
     VersionRules,
     rules_for,
@@ -142,33 +148,12 @@ _SECRET_FIX: dict[str, tuple[str, str]] = {
     "secret": ("a secret", "keep secrets out of it; the vLLM API key goes in vllm_fleet_api_key (ansible-vault) — "
                "it reaches vLLM as VLLM_API_KEY"),
 }
-#: ``vllm serve`` options the vllm_serve role sets for every replica, and what to set instead.
-_SERVE_OWNED: dict[str, str] = {
-    "port": "set vllm_serve_port (vllm_serve_ports for several replicas) instead",
-    "host": "set vllm_serve_bind_address instead",
-}
-#: Engine arguments vllm-fleet does not model yet: passed through, every container of the layout would get the same
-#: value and none could start (or the memory plan would not hold). Refused with what to do instead.
-#: ``data_parallel_size`` alone is modelled, with vLLM balancing between the ranks: every rank in one container on one
-#: host, or over the hosts of a multi-node group, where the layout computes each node's size-local, start rank, the
-#: head's address and the RPC port (``deploy/launch.py`` ``data_parallel_commands``). Hybrid and external
-#: load-balanced data parallelism are not modelled.
-_DP_ADVICE = ("only data_parallel_size is modelled (every rank in one container on one host, or over the hosts of a "
-              "multi-node group with the size-local, start rank, address and RPC port computed by the layout; the "
-              "RPC port is vllm_serve_dp_rpc_port), vLLM balancing between the ranks; hybrid and external "
-              "load-balanced data parallelism are not modelled yet: every container of the layout would get this, "
-              "each waiting for peers that are never started, and none could start; pin data_parallel_size alone, or "
-              "serve more replicas instead (the layout runs one replica per DP x TP group and the load balancer "
-              "spreads requests over them)")
-NOT_MODELLED: dict[str, str] = {
-    **{name: _DP_ADVICE for name in (
-        "data_parallel_size_local", "data_parallel_rank", "data_parallel_start_rank",
-        "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend", "data_parallel_hybrid_lb",
-        "data_parallel_external_lb", "data_parallel_multi_port_external_lb")},
-}
+#: ``vllm serve`` options the vllm_serve role sets for every replica, and what to set instead (planner/options.py:
+#: the deployment's options other than the model).
+_SERVE_OWNED: dict[str, str] = {o.name: o.instead for o in OPTIONS if o.owner == "deployment" and o.instead}
 #: Options the planner budgets when they are pinned in vllm_fleet_engine_args (EPLB's redundant experts and migration
 #: buffers: planner/gpu_lane.py eplb_inputs), so vllm_fleet_extra_args must not carry them past it.
-PIN_AS_ENGINE_ARGS = frozenset({"enable_eplb", "eplb_config"})
+PIN_AS_ENGINE_ARGS = BUDGETED_PINS
 #: Name words that mark a secret wherever they appear (``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``).
 _SECRET_WORDS = {"SECRET", "PASSWORD", "PASSWD"}
 #: Name words that mark a Hugging Face token when the name ends in TOKEN.
@@ -444,7 +429,7 @@ def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = N
     knows, without removed flags, flags preflight plans itself, or secrets (``--api-key``, or a value of
     ``secrets``: value → the variable holding it; refused without the value)."""
     rules = vllm_rules(vllm_version)
-    planned = {*INT_ENGINE_ARGS, *FLOAT_ENGINE_ARGS, *_choices(rules), "model"}
+    typed = {*INT_ENGINE_ARGS, *FLOAT_ENGINE_ARGS, *_choices(rules)}
     known = engine_arg_names(vllm_version) | serve_only_names(vllm_version)
     aliases = option_aliases(vllm_version)
     if not isinstance(extra, (list, tuple)):
@@ -489,12 +474,20 @@ def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = N
             continue
         elif name in NOT_MODELLED:
             errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which is refused: {NOT_MODELLED[name]}")
-        elif name in planned:
-            errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
-                          f"pin it as vllm_fleet_engine_args.{name} instead (it is then validated)")
         elif name in PIN_AS_ENGINE_ARGS:
             errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which changes the memory plan: pin it as "
                           f"vllm_fleet_engine_args.{name} instead (the planner then budgets it and checks the layout)")
+        elif (declared := option(name)) is not None and declared.owner in ("deployment", "launcher") \
+                and name != "model":
+            errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the "
+                          f"{'vllm_serve role' if declared.owner == 'deployment' else 'layout'} sets for every "
+                          f"replica: {declared.instead}")
+        elif (declared is not None and declared.owner == "planner") or name == "model":
+            errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which the planner computes: "
+                          f"pin it as vllm_fleet_engine_args.{name} instead (it is then validated)")
+        elif name in typed:
+            errors.append(f"{host}: vllm_fleet_extra_args sets {flag}, which preflight type-checks: "
+                          f"pin it as vllm_fleet_engine_args.{name} instead (it is then validated)")
         elif name not in known and covers(vllm_version):
             errors.append(f"{host}: vllm_fleet_extra_args has {flag}, which vLLM {rules.series} does not know"
                           f"{_did_you_mean(name, known, _as_flag)}: fix the flag (vllm serve exits 2 on an "

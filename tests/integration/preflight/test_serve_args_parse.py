@@ -41,7 +41,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch imp
     launch_record,
     launch_settings,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import engine_fields, rules  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import engine_fields, options  # noqa: E402
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError  # noqa: E402
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (  # noqa: E402
     plan_for_model,
@@ -219,7 +219,7 @@ def test_the_example_fleets_commands_parse_to_the_records(example_records: dict[
 
 def _matrix_pins(version: str) -> list[tuple[dict[str, Any], list[str]]]:
     """Every on/off engine option of ``version`` pinned true, then false (one option per case), plus valued ones."""
-    planned = {*rules.INT_ENGINE_ARGS, *rules.FLOAT_ENGINE_ARGS, *rules.CHOICE_ENGINE_ARGS, "model", "dtype",
+    planned = {*options.INT_ENGINE_ARGS, *options.FLOAT_ENGINE_ARGS, *options.CHOICE_ENGINE_ARGS, "model", "dtype",
                "kv_cache_dtype"}
     names = engine_fields.engine_arg_names(version)
     switches = sorted((engine_fields.negatable_names(version) | engine_fields.switch_names(version)) & names

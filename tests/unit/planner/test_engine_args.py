@@ -1,4 +1,4 @@
-"""User engine arguments: the integer ones are rules.INT_ENGINE_ARGS (one home), with the planner's messages."""
+"""User engine arguments: the integer ones are options.INT_ENGINE_ARGS (one home), with the planner's messages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_ar
     normalise_engine_args,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.errors import PlanError
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import INT_ENGINE_ARGS, rules_for
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.options import INT_ENGINE_ARGS
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import rules_for
 
 RULES = rules_for("0.32.0")
 

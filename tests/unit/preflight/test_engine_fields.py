@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import engine_fields as ef
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import rules
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import options
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = Path(os.environ.get("VLLM_FLEET_VLLM_SRC", ROOT / ".cache" / "vllm-src"))
@@ -27,7 +27,7 @@ def vllm_source(version: str) -> Path | None:
 def test_the_planner_and_preflight_only_type_names_vllm_has() -> None:
     """Every engine argument rules.py types (int, float, switch, choice) is one of vLLM 0.32's names."""
     names = ef.engine_arg_names("0.32.0")
-    typed = {*rules.INT_ENGINE_ARGS, *rules.FLOAT_ENGINE_ARGS, *rules.CHOICE_ENGINE_ARGS,
+    typed = {*options.INT_ENGINE_ARGS, *options.FLOAT_ENGINE_ARGS, *options.CHOICE_ENGINE_ARGS,
              "dtype", "kv_cache_dtype", "model"}
     assert typed <= names, sorted(typed - names)
     switches = ef.negatable_names("0.32.0") | ef.switch_names("0.32.0")

@@ -80,10 +80,24 @@ def test_extra_args_flags_are_checked_by_name() -> None:
 @pytest.mark.parametrize("extra", [
     ["--enable-log-requests"], ["--tool-call-parser", "hermes", "--enable-auto-tool-choice"],
     ["--no-enable-prefix-caching"], ["--compilation-config.mode", "3"], ["-O3"], ["--chat-template", "a b c"],
-    ["--served-model-name", "chat"], ["--uvicorn-log-level=warning"], ["--headless"],
+    ["--uvicorn-log-level=warning"], ["--max-logprobs", "5"],
 ])
 def test_real_flags_pass(extra: list[str]) -> None:
     assert errors_for(vllm_fleet_extra_args=extra) == []
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    # Extra args end the command and win over the engine file: these would break what the role set per replica
+    # (the health gate's served name and port, a server without its API).
+    (["--served-model-name", "chat"], "sets --served-model-name, which the vllm_serve role sets for every replica: "
+                                      "set vllm_serve_served_model_name instead"),
+    (["--port", "9000"], "sets --port, which the vllm_serve role sets for every replica: set vllm_serve_port"),
+    (["--headless"], "sets --headless, which the layout sets for every replica: the multi-node launcher sets it per "
+                     "node (vllm_fleet_multinode_group); remove it"),
+    (["--seed", "3"], "sets --seed, which preflight type-checks: pin it as vllm_fleet_engine_args.seed instead"),
+])
+def test_flags_the_launch_record_owns_are_refused(extra: list[str], message: str) -> None:
+    assert message in one(errors_for(vllm_fleet_extra_args=extra))
 
 
 @pytest.mark.parametrize(("flag", "snake"), [("-tp", "tensor_parallel_size"),
