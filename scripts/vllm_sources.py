@@ -7,13 +7,12 @@ host's own configuration), then the ``vllm/**/*.py`` members only (no compiled e
 disk is left alone, so a second run costs nothing.
 
 Usage: ``python scripts/vllm_sources.py [--dest .cache/vllm-src] [VERSION ...]`` (default: every key of
-``rules.VERIFIED``).
+the release blocks, ``planner/releases/``).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
@@ -25,10 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def verified_versions() -> list[str]:
-    """The releases the planner cites, read from rules.py without importing the collection."""
-    text = (ROOT / "plugins" / "plugin_utils" / "planner" / "rules.py").read_text(encoding="utf-8")
-    block = text.split("VERIFIED: dict[str, dict[str, Source]] = {", 1)[1]
-    return sorted(set(re.findall(r'^    "(\d+\.\d+\.\d+)": \{', block, flags=re.M)))
+    """The releases the planner cites: the release blocks (``planner/releases/``), imported without Ansible (the
+    package is standard library only)."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.releases import RELEASES
+
+    return [release.version for release in RELEASES]
 
 
 def present(dest: Path, version: str) -> bool:

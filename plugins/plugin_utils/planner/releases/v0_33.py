@@ -1,0 +1,136 @@
+"""vLLM 0.33.0: everything vllm-fleet knows about this release (the block :mod:`.` describes).
+
+Read from its own source (``make vllm-src``: the manylinux wheel's Python files); paths relative to
+``site-packages``. Its option names are 0.32's plus the ``added_*`` below (``planner/engine_fields.py``), each
+read with ``scripts/vllm_serve_parse.py options`` from 0.33's own parser.
+"""
+
+from __future__ import annotations
+
+from . import CC_CU130, RAY_VERSION, Added, Archive, ImageRow, Release, Removed, Source
+
+_V = (0, 33, 0)
+_RAY_DAG = "removed in vLLM 0.33 with the Ray compiled DAG"
+_ROCM = "removed in vLLM 0.33; ROCm only"
+
+RELEASE = Release(
+    version="0.33.0",
+    sources={
+        "gpu_memory_utilization": Source("vllm/config/cache.py", 215, 215,
+                                         "gpu_memory_utilization: float = Field(default=0.92"),
+        "cudagraph_charged_to_budget": Source("vllm/envs.py", 2219, 2220,
+                                              '"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"'),
+        # "Create the handles now, before the snapshot, so they count as baseline like the NCCL buffers."
+        "cublas_before_snapshot": Source("vllm/v1/worker/gpu_worker.py", 519, 529,
+                                         "torch.nn.functional.linear(x, x, x[0])"),
+        "scheduler_tiers": Source("vllm/engine/arg_utils.py", 2961, 2987, "and not is_gb10"),
+        "small_tier:12.1": Source("vllm/engine/arg_utils.py", 2963, 2963,
+                                  "is_gb10 = current_platform.is_device_capability((12, 1))"),
+        # The grouping and sizing moved to kv_cache_planning.py (a config builder); the arithmetic is unchanged.
+        "kv_blocks": Source("vllm/v1/core/kv_cache_planning.py", 1571, 1572,
+                            "available_memory_one_worker // bytes_per_block"),
+        "kv_log_lines": Source("vllm/v1/core/kv_cache_utils.py", 1148, 1149,
+                               '"Maximum concurrency for %s tokens per request: %.2fx"'),
+        "cudagraph_capture_sizes": Source("vllm/config/vllm.py", 2403, 2403,
+                                          "default_max_graph_size = 1024 if is_data_center_blackwell else 512"),
+        "ignored:max_parallel_loading_workers": Source("vllm/config/parallel.py", 1103, 1104,
+                                                       '"max_parallel_loading_workers is currently "'),
+        "ignored:disable_cascade_attn": Source("vllm/engine/arg_utils.py", 474, 477,
+                                               "--disable-cascade-attn is deprecated and has no effect"),
+        # EPLB (planner/memory.py eplb_bytes_per_stage, gpu_lane.py eplb_inputs): E + R physical experts, one layer's
+        # local experts as the migration buffer before the profile, another copy reserved by the profile run.
+        "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 82, 82,
+                                        "global_num_experts = num_experts + num_redundant_experts"),
+        "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
+                              "expert_buffer = [torch.empty_like(w) for w in model.expert_weights[0]]"),
+        "eplb_profile_reservation": Source("vllm/distributed/eplb/rebalance_execute.py", 705, 705,
+                                           "if communicator.needs_profile_buffer_reservation:"),
+        "eplb_needs_expert_parallel": Source("vllm/config/parallel.py", 570, 570,
+                                             "enable_expert_parallel must be True to use EPLB."),
+        "quant:hf_quant_config_json": Source("vllm/transformers_utils/config.py", 955, 961,
+                                             '"hf_quant_config.json", model, revision'),
+        # 0.33 maps a legacy hf_quant_config.json MIXED_PRECISION to modelopt_mixed; 0.32 raised on it.
+        "quant:modelopt_legacy_method": Source("vllm/transformers_utils/model_arch_config_convertor.py", 264, 270,
+                                               'quant_cfg["quant_method"] = "modelopt_mixed"'),
+        "quant:modelopt_linear_algos": Source("vllm/model_executor/layers/quantization/modelopt.py", 145, 156,
+                                              '"NVFP4": ("modelopt_fp4", "nvfp4_config"),'),
+        "quant:modelopt_exclude_modules": Source("vllm/model_executor/layers/quantization/modelopt.py", 342, 359,
+                                                 'exclude_modules = config.get("ignore", config.get("exclude_modules"'),
+        "quant:modelopt_skip_matching": Source("vllm/model_executor/layers/quantization/modelopt.py", 222, 223,
+                                               "if fnmatch(prefix, wildcard_pattern):"),
+        "quant:nvfp4_group_size": Source("vllm/model_executor/layers/quantization/modelopt.py", 813, 814,
+                                         "group_size = 16  # Default value"),
+        "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
+                                              "if len(weight_block_size) != 2:"),
+        "ignored:mamba_cache_mode": Source("vllm/engine/arg_utils.py", 462, 465,
+                                           "It has no effect: Mamba prefix caching follows --enable-prefix-caching"),
+        "added:monokernel": Source("vllm/engine/arg_utils.py", 779, 779, "monokernel: bool"),
+        "added:sleep_mode_backend": Source("vllm/engine/arg_utils.py", 800, 800, "sleep_mode_backend: str"),
+        "added:watchdog_config": Source("vllm/engine/arg_utils.py", 864, 864, "watchdog_config: WatchdogConfig"),
+        # Removed variables have no line in 0.33; the check that warns about (or refuses) them does.
+        "env:unknown": Source("vllm/platforms/interface.py", 1466, 1470, "Unknown vLLM environment variable detected"),
+    },
+    archive=Archive("vllm-0.33.0.tar.gz", 47_101_396,
+                    "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"),
+    changes={
+        # cuBLAS/cuBLASLt handles created before the memory snapshot (gpu_worker.py:519-529): outside the budget.
+        "cublas_outside_budget": True,
+        # GB10 (cc 12.1) stays on the small scheduler tier whatever its memory (engine/arg_utils.py:2963).
+        "small_tier_capabilities": ("12.1",),
+    },
+    added_args=(
+        Added("monokernel", _V, "runs eligible decode layers as one persistent kernel (config/kernel.py:299)"),
+        Added("sleep_mode_backend", _V, "the sleep-mode mechanism, default cumem (config/model.py:379)"),
+        Added("watchdog_config", _V, "the stack-dump watchdog (config/watchdog_config.py)"),
+    ),
+    added_serve_only=frozenset({"reasoning_effort_map"}),
+    added_negatable=frozenset({"monokernel"}),
+    removed_args=(
+        Removed("mamba_cache_mode", _V, ignored=True,
+                why="a deprecated no-op since 0.33: Mamba prefix caching follows --enable-prefix-caching "
+                    "(engine/arg_utils.py:462-465, 2304-2305)"),
+    ),
+    removed_env=(
+        # 0.33 dropped the Ray compiled-DAG knobs with device_communicators/ray_communicator.py (0.32: envs.py:63-67,
+        # 923-946); Ray stays an executor backend (--distributed-executor-backend ray).
+        Removed("VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE", _V, _RAY_DAG),
+        Removed("VLLM_USE_RAY_COMPILED_DAG_OVERLAP_COMM", _V, _RAY_DAG),
+        Removed("VLLM_USE_RAY_WRAPPED_PP_COMM", _V, _RAY_DAG),
+        Removed("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", _V, "removed in vLLM 0.33"),
+        # ROCm-only knobs 0.33 also dropped (0.32 envs.py:149-159): listed so a copied ROCm recipe is caught too.
+        Removed("VLLM_ROCM_AITER_MLA_DCP_VERIFY", _V, _ROCM),
+        Removed("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM", _V, _ROCM),
+        Removed("VLLM_ROCM_AITER_MEGA_MOE_FUSE_SHARED_EXPERTS", _V, _ROCM),
+        Removed("VLLM_ROCM_MONO_DECODE", _V, _ROCM),
+    ),
+    # 0.33 removed the compiled-graph executor (v1/executor has no ray_executor.py; RayExecutorV2 only, no cupy
+    # import; the VLLM_USE_RAY_COMPILED_DAG_* variables are gone): plain Ray.
+    images=(
+    ImageRow(
+        key="cu130",
+        variant="cuda",
+        vllm_version="0.33.0",
+        vllm_package="vllm",
+        torch_version="2.14.0",
+        cuda_version="13.0",
+        torch_cuda="13.0",
+        compute_capabilities=CC_CU130,
+        base_image="nvidia/cuda:13.0.3-base-ubuntu24.04",
+        python_version="3.12",
+        glibc="2.39",
+        requirements=("vllm==0.33.0", "torch==2.14.0"),
+        ray_requirements=(f"ray=={RAY_VERSION}",),
+        sources=(
+            "vLLM 0.33.0 wheel METADATA and requirements/cuda.txt: torch==2.14.0 (torch 2.14.0 requires "
+            "cuda-toolkit 13.0.3 and nvidia-nccl-cu13==2.30.7)",
+            "vLLM 0.33.0 docker/versions.json: CUDA_VERSION 13.0.3, FINAL_BASE_IMAGE "
+            "nvidia/cuda:13.0.3-base-ubuntu24.04, PYTHON_VERSION 3.12, TORCH_CUDA_ARCH_LIST "
+            "'7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0' (family targets, CMakeLists.txt:124-129)",
+            "no cu129 wheel of 0.33.0 could be checked here (its index was unreachable): no cu129 row; an R575 "
+            "host falls back to 0.32.0 cu129",
+        ),
+        notes=("Default upstream build (CUDA 13.0). The upstream image overrides NCCL to 2.31.2 (docker/Dockerfile "
+               "NCCL_VERSION); a pip install keeps torch 2.14.0's pin, nvidia-nccl-cu13 2.30.7."),
+    ),
+    ),
+)
