@@ -10,10 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
     LaunchError,
     container_env,
-    engine_config,
     lb_servers,
-    multinode_commands,
-    replica_layout,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout import (
     RolloutError,
@@ -47,16 +44,6 @@ def _call(filter_name: str, func: Any, /, *args: Any, **kwargs: Any) -> Any:
         return func(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
     except (RolloutError, LaunchError) as exc:
         raise AnsibleFilterError(f"{filter_name}: {exc}") from exc
-
-
-def vllm_engine_config(plan: Any, **kwargs: Any) -> dict[str, Any]:
-    result: dict[str, Any] = _call("vllm_engine_config", engine_config, plan, **kwargs)
-    return result
-
-
-def vllm_replicas(plan: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = _call("vllm_replicas", replica_layout, plan, **kwargs)
-    return result
 
 
 def vllm_health_gate(plan: Any, **kwargs: Any) -> dict[str, int]:
@@ -104,11 +91,6 @@ def vllm_retries(timeout_s: Any, interval_s: Any) -> int:
     return result
 
 
-def vllm_multinode(plan: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = _call("vllm_multinode", multinode_commands, plan, **kwargs)
-    return result
-
-
 def vllm_container_env(replica: Any, secrets: Any = None) -> dict[str, str]:
     result: dict[str, str] = _call("vllm_container_env", container_env, replica, secrets)
     return result
@@ -122,12 +104,9 @@ def vllm_lb_servers(launches: Any) -> list[dict[str, Any]]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "vllm_engine_config": vllm_engine_config,
-            "vllm_replicas": vllm_replicas,
             "vllm_health_gate": vllm_health_gate,
             "vllm_serial": vllm_serial,
             "vllm_metric_sum": vllm_metric_sum,
-            "vllm_multinode": vllm_multinode,
             "vllm_retries": vllm_retries,
             "vllm_container_env": vllm_container_env,
             "vllm_lb_servers": vllm_lb_servers,

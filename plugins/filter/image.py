@@ -10,7 +10,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import backend as ibk
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as ib
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat as ic
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import tag as it
 
 
 def vllm_image_select(
@@ -68,19 +67,11 @@ def vllm_image_build_backend(probes: Any, requested: str = "auto") -> dict[str, 
         raise AnsibleFilterError(f"vllm_image_build_backend: {exc}") from exc
 
 
-def vllm_image_tag(inputs: Mapping[str, Any]) -> str:
-    try:
-        return it.image_tag(inputs)
-    except ValueError as exc:
-        raise AnsibleFilterError(f"vllm_image_tag: {exc}") from exc
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_image_select": vllm_image_select,
             "vllm_image_check": vllm_image_check,
             "vllm_image_plan": vllm_image_plan,
-            "vllm_image_tag": vllm_image_tag,
             "vllm_image_build_backend": vllm_image_build_backend,
         }

@@ -13,73 +13,14 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import fleet as ff
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import planning as fp
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record as fl
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
 
 # ---- checks ---------------------------------------------------------------------------------------
 
 
-def fleet_host_errors(variables: Mapping[str, Any], host: str, group_names: Sequence[str],
-                      ports: Mapping[str, Any] | None = None, planning: bool | None = None) -> list[str]:
-    if not isinstance(variables, Mapping):
-        raise AnsibleFilterError("fleet_host_errors expects a dict of variables")
-    errors = fc.check_host_inputs(str(host), dict(variables), [str(g) for g in group_names],
-                                  planning=None if planning is None else bool(planning))
-    return errors + fc.check_ports(str(host), fc.port_map(ports or {}))
-
-
-def fleet_host_warnings(variables: Mapping[str, Any], host: str, planning: bool | None = None) -> list[str]:
-    if not isinstance(variables, Mapping):
-        raise AnsibleFilterError("fleet_host_warnings expects a dict of variables")
-    return fc.host_warnings(str(host), dict(variables), planning=None if planning is None else bool(planning))
-
-
-def fleet_facts_errors(facts: Any, host: str, sku_group: str | None = None, match: str | None = None) -> list[str]:
-    errors = fc.check_facts_shape(str(host), facts)
-    if not errors:
-        errors = fc.check_sku_match(str(host), facts, sku_group, match)
-    return errors
-
-
-def fleet_errors(records: Mapping[str, Mapping[str, Any]], check_image: bool = True) -> list[str]:
-    if not isinstance(records, Mapping):
-        raise AnsibleFilterError("fleet_errors expects a dict host -> record")
-    return fc.check_fleet(records, fc.image_compat_check if check_image else None)
-
-
-def fleet_multinode_errors(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    if not isinstance(records, Mapping):
-        raise AnsibleFilterError("fleet_multinode_errors expects a dict host -> record")
-    return fc.check_multinode_facts(records)
-
-
 def fleet_sku_groups(group_names: Sequence[str]) -> list[str]:
     return fc.sku_groups([str(g) for g in group_names])
-
-
-def fleet_port_map(values: Mapping[str, Any]) -> dict[str, Any]:
-    return fc.port_map(values)
-
-
-def fleet_port_variables(value: Any = None) -> list[str]:
-    """The variable names that hold ports: the given list, or the default one when unset."""
-    try:
-        return fc.port_variables(value)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-# ---- planning -------------------------------------------------------------------------------------
-
-def fleet_plan_options(variables: Mapping[str, Any], records: Mapping[str, Any] | None = None,
-                       host: str = "") -> dict[str, Any]:
-    return fp.plan_options(variables, records, host)
-
-
-def fleet_try_plan(facts: Any, model: Any, host: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``{"plan": plan, "error": None}`` or ``{"plan": None, "error": "<host>: ..."}``; never raises."""
-    return fp.try_plan(facts, model, host, options)
 
 
 # ---- the launch record ----------------------------------------------------------------------------
@@ -87,28 +28,6 @@ def fleet_try_plan(facts: Any, model: Any, host: str, options: Mapping[str, Any]
 def _data(value: Any) -> Any:
     """Plain JSON data (Ansible hands filters tagged and lazy containers)."""
     return json.loads(json.dumps(value, default=str))
-
-
-def fleet_host_input(variables: Mapping[str, Any], host: str, sku: str, facts: Mapping[str, Any],
-                     address: str, model_dir: str, ports: Mapping[str, Any] | None = None,
-                     feedback: Any = None) -> dict[str, Any]:
-    if not isinstance(variables, Mapping):
-        raise AnsibleFilterError("fleet_host_input expects a dict of variables")
-    return fl.host_input(_data(variables), str(host), sku=str(sku), facts=_data(facts), address=str(address),
-                         model_dir=str(model_dir), ports=_data(ports or {}), feedback=_data(feedback))
-
-
-def fleet_launch(hosts: Mapping[str, Mapping[str, Any]], lbs: Mapping[str, Any] | None = None,
-                 check_image: bool = True) -> dict[str, Any]:
-    if not isinstance(hosts, Mapping):
-        raise AnsibleFilterError("fleet_launch expects a dict host -> fleet_host_input")
-    return fl.fleet_launch(_data(hosts), _data(lbs or {}), check_image=bool(check_image))
-
-
-def fleet_plans_json(records: Mapping[str, Any]) -> str:
-    if not isinstance(records, Mapping):
-        raise AnsibleFilterError("fleet_plans_json expects a dict host -> record")
-    return fl.plans_json(_data(records))
 
 
 def fleet_host_files(result: Mapping[str, Any]) -> dict[str, str]:
@@ -131,7 +50,8 @@ def fleet_with_feedback(records: Mapping[str, Any], feedback: Mapping[str, Any])
 
 def fleet_lb_inputs(names: Sequence[str], hostvars: Any, defaults: Mapping[str, Any] | None = None
                     ) -> dict[str, dict[str, Any]]:
-    """The load-balancer hosts for fleet_launch's machine checks: ``{name: {"address", "ports"}}``.
+    """The load-balancer hosts for fleet_preflight's machine checks: ``{name: {"address", "ports"}}`` (a helper of
+    fleet_preflight, not a filter).
 
     ``defaults`` are the vllm_lb role's defaults (its listen and stats ports when the inventory sets none).
     """
@@ -228,7 +148,8 @@ def fleet_preflight(names: Sequence[str], hostvars: Any, lb_names: Sequence[str]
 
 def fleet_replan(host_input: Mapping[str, Any], host: str, engine_args: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(host_input, Mapping) or not isinstance(engine_args, Mapping):
-        raise AnsibleFilterError("fleet_replan expects a fleet_host_input dict and a dict of engine arguments")
+        raise AnsibleFilterError("fleet_replan expects a host's input (fleet_preflight's inputs[host]) and a dict of "
+                                 "engine arguments")
     return fl.replan(_data(host_input), str(host), _data(engine_args))
 
 
@@ -248,12 +169,6 @@ def fleet_report_markdown(records: Any, title: str = "vllm-fleet plan") -> str:
     return fr.render_markdown(_records(records), title)
 
 
-def fleet_memory_svg(plan: Any, host: str) -> str:
-    if not isinstance(plan, Mapping):
-        raise AnsibleFilterError("fleet_memory_svg expects a plan dict")
-    return fr.memory_svg(str(host), plan)
-
-
 def fleet_summary(records: Any) -> list[str]:
     return fr.summary_lines(_records(records))
 
@@ -261,27 +176,13 @@ def fleet_summary(records: Any) -> list[str]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "fleet_host_errors": fleet_host_errors,
-            "fleet_facts_errors": fleet_facts_errors,
-            "fleet_host_warnings": fleet_host_warnings,
-            "fleet_errors": fleet_errors,
-            "fleet_multinode_errors": fleet_multinode_errors,
             "fleet_sku_groups": fleet_sku_groups,
             "fleet_host_files": fleet_host_files,
-            "fleet_port_map": fleet_port_map,
-            "fleet_port_variables": fleet_port_variables,
-            "fleet_plan_options": fleet_plan_options,
-            "fleet_try_plan": fleet_try_plan,
-            "fleet_host_input": fleet_host_input,
-            "fleet_launch": fleet_launch,
             "fleet_replan": fleet_replan,
-            "fleet_lb_inputs": fleet_lb_inputs,
             "fleet_preflight": fleet_preflight,
-            "fleet_plans_json": fleet_plans_json,
             "fleet_report_files": fleet_report_files,
             "fleet_with_feedback": fleet_with_feedback,
             "fleet_report_html": fleet_report_html,
             "fleet_report_markdown": fleet_report_markdown,
-            "fleet_memory_svg": fleet_memory_svg,
             "fleet_summary": fleet_summary,
         }

@@ -31,18 +31,6 @@ def nvidia_fabricmanager_package(branch: Any, driver_version: str) -> str:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def nvidia_cuda_repo_path(facts: dict[str, Any]) -> str:
-    try:
-        return dc.cuda_repo_path(
-            str(facts.get("distribution", "")),
-            str(facts.get("distribution_major_version", "")),
-            str(facts.get("distribution_version", "")),
-            str(facts.get("architecture", "")),
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
 def nvidia_cuda_repo_source(facts: dict[str, Any], base_url: str, key: str = "") -> dict[str, str]:
     try:
         return dc.cuda_repo_source(
@@ -79,7 +67,6 @@ class FilterModule:
             "nvidia_driver_packages": nvidia_driver_packages,
             "nvidia_fabricmanager_package": nvidia_fabricmanager_package,
             "nvidia_driver_branch": nvidia_driver_branch,
-            "nvidia_cuda_repo_path": nvidia_cuda_repo_path,
             "nvidia_cuda_repo_source": nvidia_cuda_repo_source,
             "nvidia_smi_state": nvidia_smi_state,
             "nvidia_loaded_driver_version": nvidia_loaded_driver_version,

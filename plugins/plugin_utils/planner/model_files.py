@@ -1,7 +1,7 @@
 """Read what the planner needs from a model directory on the controller (the I/O the core avoids).
 
-:func:`plan_for_model` is the planner's entry for a model given as a path: used by the ``vllm_plan`` and
-``fleet_try_plan`` filters and the ``vllm-fleet`` command.
+:func:`plan_for_model` is the planner's entry for a model given as a path: used by the ``vllm_plan`` filter,
+preflight's planning step (``preflight/planning.py`` ``try_plan``) and the ``vllm-fleet`` command.
 """
 
 from __future__ import annotations

@@ -15,16 +15,12 @@ PLAN = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "deploy" /
 
 def test_every_filter_is_exported() -> None:
     assert set(FILTERS) == {
-        "vllm_engine_config", "vllm_replicas", "vllm_health_gate", "vllm_serial", "vllm_metric_sum",
-        "vllm_multinode", "vllm_retries", "vllm_container_env", "vllm_lb_servers",
+        "vllm_health_gate", "vllm_serial", "vllm_metric_sum", "vllm_retries", "vllm_container_env",
+        "vllm_lb_servers",
     }
 
 
 def test_keyword_arguments_named_like_the_wrapper_arguments_pass_through() -> None:
-    layout = FILTERS["vllm_replicas"](PLAN, name="vf", base_port=18310, server_prefix="a", address="127.0.0.1")
-    assert layout[0]["container"] == "vf"
-    cfg = FILTERS["vllm_engine_config"](PLAN, model_path="/m", served_model_name="t", host="h", port=1)
-    assert cfg["model"] == "/m"
     assert FILTERS["vllm_health_gate"](PLAN, interval_s=5, timeout_s=None)["timeout_s"] == 601
     assert FILTERS["vllm_serial"](4, 1, "50%") == [1, 2, 1]
     assert FILTERS["vllm_retries"](10, 3) == 4
@@ -38,9 +34,8 @@ def test_metric_sum_default_for_absent_metric() -> None:
 @pytest.mark.parametrize(
     ("name", "args", "kwargs"),
     [
-        ("vllm_engine_config", [PLAN], {"model_path": "/m", "served_model_name": "t", "host": "h", "port": 0}),
         ("vllm_serial", [2, 0], {}),
-        ("vllm_multinode", [PLAN], {"backend": "x", "nodes": [], "server_argv": ["v"], "config_path": "/c"}),
+        ("vllm_container_env", [{"container": "c"}, {"no_such_secret": "x"}], {}),
     ],
 )
 def test_errors_become_ansible_filter_errors(name: str, args: list[object], kwargs: dict[str, object]) -> None:

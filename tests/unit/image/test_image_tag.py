@@ -106,6 +106,11 @@ def test_plan_ref_labels_and_wheelhouse() -> None:
     assert plan["build_args"] == {}
 
 
+def test_plan_tag_is_the_tag_of_its_inputs() -> None:
+    plan = _plan()
+    assert image_tag(plan["tag_inputs"]) == plan["tag"]
+
+
 def test_sdist_only_dependencies_are_built_first_and_pinned_in_the_tag() -> None:
     """The R535 row's outlines needs pyairports (sdist only): the role builds it into the wheelhouse before the
     wheels-only download; it is an input of the tag and the wheelhouse. Rows without any keep their tags."""

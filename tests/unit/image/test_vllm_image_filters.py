@@ -35,14 +35,11 @@ def test_check() -> None:
     assert msg and "575.51.03" in msg
 
 
-def test_plan_and_tag() -> None:
+def test_plan() -> None:
     profile = F["vllm_image_select"]("0.32.0", variant="cpu")["profile"]
     plan = F["vllm_image_plan"](profile, repository="vllm-fleet/vllm", base_image="vllm-fleet/debian:bookworm",
                                 base_image_id="sha256:" + "1" * 64, template_sha256="a" * 64)
     assert plan["ref"].startswith("vllm-fleet/vllm:0.32.0-cpu-")
-    assert F["vllm_image_tag"](plan["tag_inputs"]) == plan["tag"]
     with pytest.raises(AnsibleFilterError, match="VLLM_USE_V1"):
         F["vllm_image_plan"](profile, repository="r", base_image="b", base_image_id="i", template_sha256="t",
                              env={"VLLM_USE_V1": "1"})
-    with pytest.raises(AnsibleFilterError, match="base_image_id"):
-        F["vllm_image_tag"]({"variant": "cpu"})

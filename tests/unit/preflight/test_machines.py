@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.fleet import fleet_preflight
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_FACTS: dict[str, Any] = json.loads((ROOT / "tests/fixtures/preflight/facts/cpu_host.json").read_text())
@@ -28,10 +29,12 @@ def test_gpu_group_without_a_gpu_is_refused(match: str | None) -> None:
     assert fc.check_gpu_present("h100-a", CPU_FACTS, "gpu_h100") == [NO_GPU]
 
 
-def test_the_facts_filter_refuses_it_too() -> None:
-    """plugins/filter/preflight.py fleet_facts_errors (the playbook's call) runs the check without a SKU match."""
-    from ansible_collections.vllm_fleet.fleet.plugins.filter.preflight import fleet_facts_errors
-    assert fleet_facts_errors(CPU_FACTS, "h100-a", "gpu_h100", None) == [NO_GPU]
+def test_the_fleet_preflight_refuses_it_too() -> None:
+    """preflight/fleet.py fleet_preflight (the playbook's call) runs the check without a SKU match."""
+    state = {"vars": {"vllm_fleet_model": "/m"}, "groups": ["vllm_servers", "gpu_h100"], "address": "h100-a",
+             "model_dir": "/m", "model_exists": True, "facts": CPU_FACTS, "facts_error": None, "feedback": None}
+    result = fleet_preflight({"h100-a": state}, recorded=True, planning=True)
+    assert (result["stage"], result["errors"]) == ("facts", [NO_GPU])
 
 
 def test_cpu_groups_and_gpu_hosts_pass() -> None:

@@ -37,3 +37,24 @@ def test_try_plan_answers_with_data() -> None:
                                 + ", ".join(fp.PLAN_OPTIONS) + ")")
     wrong = fp.try_plan(T4, str(MODELS / "llama-3.2-1b"), "h", {"engine_args": 5})
     assert wrong["plan"] is None and wrong["error"].startswith("h: vllm_plan rejected the options: ")
+
+
+def test_plan_options_drop_unset_and_a_pinned_max_nodes_wins() -> None:
+    variables = {"vllm_fleet_engine_args": {"max_model_len": 4096}, "vllm_fleet_profile": None,
+                 "vllm_fleet_vllm_version": "0.32.0"}
+    assert fp.plan_options(variables) == {"engine_args": {"max_model_len": 4096}, "vllm_version": "0.32.0"}
+    records = {"a": {"multinode_group": "g"}, "b": {"multinode_group": "g"}, "c": {"multinode_group": None}}
+    assert fp.plan_options(variables, records, "a")["policy"] == {"max_nodes": 2}
+    assert "policy" not in fp.plan_options(variables, records, "c")
+    pinned = dict(variables, vllm_fleet_policy={"max_nodes": 1})
+    assert fp.plan_options(pinned, records, "a")["policy"] == {"max_nodes": 1}
+
+
+def test_try_plan_keeps_the_planners_choice_and_its_refusal_is_one_line() -> None:
+    """A T4 gets no bfloat16; a model too large for it is refused in one line naming the host."""
+    ok = fp.try_plan(T4, str(MODELS / "llama-3.2-1b"), "t4-a", {"engine_args": {"max_model_len": 4096}})
+    assert ok["error"] is None and ok["plan"]["device"] == "cuda"
+    assert ok["plan"]["engine_args"].get("dtype") != "bfloat16"
+    bad = fp.try_plan(T4, str(MODELS / "llama-3.1-405b"), "t4-a")
+    assert bad["plan"] is None and bad["error"].startswith("t4-a: the model does not fit")
+    assert "\n" not in bad["error"]

@@ -206,7 +206,8 @@ def test_filters_wrap_and_raise_filter_errors():
     ],
 )
 def test_cuda_repo_path(facts, path):
-    assert flt.FilterModule().filters()["nvidia_cuda_repo_path"](facts) == path
+    assert dc.cuda_repo_path(facts["distribution"], facts["distribution_major_version"],
+                             facts["distribution_version"], facts["architecture"]) == path
 
 
 def test_cuda_repo_path_errors():
