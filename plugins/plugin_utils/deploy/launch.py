@@ -632,6 +632,34 @@ def _stop_timeout(plan: dict[str, Any], pinned: Any) -> int:
     return pinned
 
 
+def _container_settings(settings: dict[str, Any], entry: dict[str, Any], serves_api: bool,
+                        node_ulimits: list[str]) -> dict[str, Any]:
+    """One replica's container settings, as the vllm_serve role hands them to Docker (nothing is left to compute
+    there but the health check's start period, which the role sizes from the health-gate timeout).
+
+    ``ulimits``: the user's (vllm_serve_ulimits), then the node's RDMA needs that are not among them;
+    ``shm_size`` only when the container has its own IPC namespace; ``published_ports`` only off host networking;
+    a node that serves no API (a headless node of a multi-node group) gets no Docker health check (``NONE``).
+    """
+    ipc_mode = str(settings["ipc_mode"]) or None
+    user_ulimits = [str(u) for u in settings["ulimits"]]
+    network_mode = str(settings["network_mode"])
+    port = entry["port"]
+    return {
+        "config_file": f"{str(settings['config_dir']).rstrip('/')}/{entry['container']}.yaml",
+        "entrypoint": [str(a) for a in settings["entrypoint"]],
+        "network_mode": network_mode,
+        "published_ports": [] if network_mode == "host" else [f"{settings['bind_address']}:{port}:{port}"],
+        "ipc_mode": ipc_mode,
+        "shm_size": None if ipc_mode == "host" else str(settings["shm_size"]),
+        "ulimits": user_ulimits + [u for u in node_ulimits if u not in user_ulimits],
+        "restart_policy": str(settings["restart_policy"]),
+        "healthcheck": {"test": [str(a) for a in settings["healthcheck_test"]] if serves_api else ["NONE"],
+                        "interval_s": int(settings["healthcheck_interval_s"]),
+                        "timeout_s": int(settings["healthcheck_timeout_s"]), "retries": HEALTHCHECK_RETRIES},
+    }
+
+
 def _probe_host(bind_address: str) -> str:
     return "127.0.0.1" if bind_address in ("0.0.0.0", "::", "") else bind_address
 
@@ -784,7 +812,7 @@ def launch_record(
             # RDMA (GPUDirect over InfiniBand/RoCE) for a multi-node replica: from network.node_network.
             "devices": list(net.get("devices") or []),
             "cap_add": list(net.get("cap_add") or []),
-            "ulimits": list(net.get("ulimits") or []),
+            **_container_settings(settings, entry, serves_api, list(net.get("ulimits") or [])),
         }
         if dp_command is not None:  # only in this mode: every other record keeps its keys
             replica["data_parallel"] = {"size": data_parallel, "size_local": dp_command["size_local"],
@@ -801,6 +829,7 @@ def launch_record(
         "model_mount": str(settings["model_mount"]),
         "served_model_name": str(settings["served_model_name"]),
         "config_mount": str(settings["config_mount"]),
+        "config_dir": str(settings["config_dir"]),
         "node_rank": rank,
         "nodes": nodes,
         "master_address": addresses[0] if multinode else None,

@@ -10,6 +10,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch imp
     LAUNCH_SETTINGS,
     LAUNCH_VARIABLES,
     LaunchSetting,
+    launch_record,
     launch_settings,
     setting_problem,
 )
@@ -98,3 +99,54 @@ def test_a_bad_declaration_is_refused_at_import(fields: dict[str, Any], message:
                             "scope": "host", "help": "h"}
     with pytest.raises(ValueError, match=message):
         LaunchSetting(**{**base, **fields})
+
+
+# ---- the container settings reach the record (the vllm_serve role reads nothing else) -------------------------
+
+def _record(variables: dict[str, Any] | None = None, replicas: int = 1, **kwargs: Any) -> dict[str, Any]:
+    plan = {"device": "cpu", "engine_args": {}, "parallel": {"replicas": replicas}}
+    settings = launch_settings(variables or {}, address="10.0.0.9", model_dir="/srv/m/tiny")
+    return launch_record(plan, host="h", settings=settings, **kwargs)
+
+
+def test_the_record_holds_every_container_setting_with_the_defaults() -> None:
+    launch = _record()
+    assert launch["config_dir"] == "/etc/vllm-fleet/serve"
+    (rep,) = launch["replicas"]
+    assert {k: rep[k] for k in ("config_file", "entrypoint", "network_mode", "published_ports", "ipc_mode",
+                                "shm_size", "ulimits", "restart_policy", "healthcheck")} == {
+        "config_file": "/etc/vllm-fleet/serve/vllm.yaml", "entrypoint": ["tini", "--"], "network_mode": "host",
+        "published_ports": [], "ipc_mode": "host", "shm_size": None, "ulimits": [], "restart_policy": "unless-stopped",
+        "healthcheck": {"test": ["CMD", "/opt/venv/bin/python", "/usr/local/bin/vllm-healthcheck"], "interval_s": 5,
+                        "timeout_s": 10, "retries": 3}}
+
+
+def test_the_inventory_settings_are_what_the_record_holds() -> None:
+    launch = _record({"vllm_serve_ipc_mode": "private", "vllm_serve_shm_size": "8g", "vllm_serve_network_mode": "bridge",
+                      "vllm_serve_bind_address": "10.0.0.9", "vllm_serve_config_dir": "/srv/cfg/",
+                      "vllm_serve_restart_policy": "no", "vllm_serve_healthcheck_interval_s": "7",
+                      "vllm_serve_entrypoint": ["/sbin/init-x"]}, replicas=2)
+    first, second = launch["replicas"]
+    assert (first["ipc_mode"], first["shm_size"]) == ("private", "8g")
+    assert first["published_ports"] == ["10.0.0.9:8000:8000"] and second["published_ports"] == ["10.0.0.9:8001:8001"]
+    assert second["config_file"] == "/srv/cfg/vllm-1.yaml" and launch["config_dir"] == "/srv/cfg/"
+    assert first["restart_policy"] == "no" and first["entrypoint"] == ["/sbin/init-x"]
+    assert first["healthcheck"]["interval_s"] == 7
+    # empty IPC mode: Docker's own, so the shm size applies
+    (rep,) = _record({"vllm_serve_ipc_mode": ""})["replicas"]
+    assert (rep["ipc_mode"], rep["shm_size"]) == (None, "1g")
+
+
+def test_ulimits_are_the_users_then_the_nodes_rdma_needs() -> None:
+    network = {"env": {}, "devices": [], "cap_add": [], "ulimits": ["memlock:-1:-1", "nofile:65536:65536"],
+               "reasons": {}}
+    (rep,) = _record({"vllm_serve_ulimits": ["nofile:65536:65536", "core:0:0"]}, network=network)["replicas"]
+    assert rep["ulimits"] == ["nofile:65536:65536", "core:0:0", "memlock:-1:-1"]
+
+
+def test_a_node_that_serves_no_api_gets_no_docker_health_check() -> None:
+    plan = {"device": "cpu", "engine_args": {}, "parallel": {"replicas": 1, "nodes": 2}}
+    settings = launch_settings({}, address="10.0.0.2", model_dir="/srv/m/tiny")
+    head, worker = (launch_record(plan, host=h, settings=settings, nodes=["a", "b"],
+                                  node_addresses=["10.0.0.1", "10.0.0.2"])["replicas"][0] for h in ("a", "b"))
+    assert head["healthcheck"]["test"][0] == "CMD" and worker["healthcheck"]["test"] == ["NONE"]
