@@ -2,6 +2,17 @@
 # Apache-2.0 (see galaxy.yml)
 """How a plan (Contract 2) becomes running vLLM processes: pure, standard library only, no I/O.
 
+- :data:`LAUNCH_SETTINGS` — the launch settings, one typed :class:`LaunchSetting` each (inventory variable, kind,
+  default, scope, help): every deployment setting of a host, container settings included (entrypoint, network and
+  IPC mode, shm size, ulimits, restart policy, Docker health check, config directory). :func:`launch_settings` reads
+  them, :func:`setting_problem` checks one; :func:`launch_record` puts them in the record, the only route from the
+  inventory to a container. Not launch settings, and why: the secrets (``vllm_serve_api_key``,
+  ``vllm_serve_hf_token``: never written into a record; their names are, their values reach the container at
+  deploy), and the vllm_serve role's runtime knobs, which say how a deploy waits and drains, not what runs
+  (``vllm_serve_health_*``, from which the role also sizes the Docker health check's ``start_period``,
+  ``vllm_serve_drain_*``, ``vllm_serve_lb_*`` including the load balancer's admin socket,
+  ``vllm_serve_min_other_servers_up``, ``vllm_serve_state``).
+
 - :func:`engine_config` — the vLLM config file (``--config FILE``) for one replica: the plan's engine
   arguments, the user's pinned overrides, and what the deployment decides (model path in the
   container, served name, bind address, port).
