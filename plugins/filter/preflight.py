@@ -3,12 +3,15 @@
 """Preflight filters: thin wrappers over plugins/plugin_utils/preflight/ (docs: one <filter>.yml each)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
@@ -17,6 +20,22 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
 
 # ---- checks ---------------------------------------------------------------------------------------
+
+#: The vllm_serve role's argument spec, in this collection: its options are the role's documented inputs, which
+#: preflight accepts beside the launch settings (any other vllm_serve_* name is refused as a typo).
+_SERVE_SPEC = Path(__file__).resolve().parents[2] / "roles" / "vllm_serve" / "meta" / "argument_specs.yml"
+
+
+@functools.lru_cache(maxsize=1)
+def serve_role_inputs() -> tuple[str, ...]:
+    """The vllm_serve role's documented inputs (the options of its ``meta/argument_specs.yml``)."""
+    try:
+        spec = yaml.safe_load(_SERVE_SPEC.read_text(encoding="utf-8"))
+        return tuple(sorted(spec["argument_specs"]["main"]["options"]))
+    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
+        raise AnsibleFilterError(f"cannot read the vllm_serve role's inputs from {_SERVE_SPEC}: {exc} "
+                                 "(the collection is incomplete: reinstall it)") from exc
+
 
 
 def fleet_sku_groups(group_names: Sequence[str]) -> list[str]:
@@ -143,7 +162,7 @@ def fleet_preflight(names: Sequence[str], hostvars: Any, lb_names: Sequence[str]
                     "warnings": [], "records": {}, "inputs": {}}
     lbs = fleet_lb_inputs(list(lb_names or []), hostvars, lb_defaults)
     return ff.fleet_preflight(states, recorded=bool(recorded_dir), planning=bool(planning), lbs=lbs,
-                              check_image=bool(check_image))
+                              check_image=bool(check_image), role_inputs=serve_role_inputs())
 
 
 def fleet_replan(host_input: Mapping[str, Any], host: str, engine_args: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,17 @@
 # Apache-2.0 (see galaxy.yml)
 """How a plan (Contract 2) becomes running vLLM processes: pure, standard library only, no I/O.
 
+- :data:`LAUNCH_SETTINGS` — the launch settings, one typed :class:`LaunchSetting` each (inventory variable, kind,
+  default, scope, help): every deployment setting of a host, container settings included (entrypoint, network and
+  IPC mode, shm size, ulimits, restart policy, Docker health check, config directory). :func:`launch_settings` reads
+  them, :func:`setting_problem` checks one; :func:`launch_record` puts them in the record, the only route from the
+  inventory to a container. Not launch settings, and why: the secrets (``vllm_serve_api_key``,
+  ``vllm_serve_hf_token``: never written into a record; their names are, their values reach the container at
+  deploy), and the vllm_serve role's runtime knobs, which say how a deploy waits and drains, not what runs
+  (``vllm_serve_health_*``, from which the role also sizes the Docker health check's ``start_period``,
+  ``vllm_serve_drain_*``, ``vllm_serve_lb_*`` including the load balancer's admin socket,
+  ``vllm_serve_min_other_servers_up``, ``vllm_serve_state``).
+
 - :func:`engine_config` — the vLLM config file (``--config FILE``) for one replica: the plan's engine
   arguments, the user's pinned overrides, and what the deployment decides (model path in the
   container, served name, bind address, port).
@@ -19,6 +30,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_fields import (
@@ -33,8 +45,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
 
 __all__ = [
     "LAUNCH_SETTINGS",
+    "LAUNCH_VARIABLES",
     "SECRET_ENV",
     "LaunchError",
+    "LaunchSetting",
     "container_env",
     "data_parallel_commands",
     "engine_config",
@@ -43,6 +57,7 @@ __all__ = [
     "lb_servers",
     "multinode_commands",
     "replica_layout",
+    "setting_problem",
 ]
 
 
@@ -367,27 +382,199 @@ def data_parallel_commands(
 # The launch record: how one host runs its plan (preflight computes it, deploy reads it).
 # ----------------------------------------------------------------------------------------------------
 
-#: Deployment settings a launch record needs, their inventory variables and defaults. Preflight reads them
-#: from the host's variables (vllm_serve_* names, the vllm_serve role's documented inputs); nothing else
-#: computes a port, a container name or a command.
-LAUNCH_SETTINGS: dict[str, tuple[str, Any]] = {
-    "container_name": ("vllm_serve_container_name", "vllm"),
-    "port": ("vllm_serve_port", 8000),
-    "bind_address": ("vllm_serve_bind_address", "0.0.0.0"),
-    "advertise_address": ("vllm_serve_advertise_address", None),  # None: the host's address
-    "model_dir": ("vllm_serve_model_dir", None),  # None: the controller's model directory
-    "model_mount": ("vllm_serve_model_mount", "/models/model"),
-    "served_model_name": ("vllm_serve_served_model_name", None),  # None: the model directory's name
-    "config_mount": ("vllm_serve_config_mount", "/etc/vllm-fleet/engine.yaml"),
-    "server_argv": ("vllm_serve_server_argv", ["vllm", "serve"]),
-    "multinode_backend": ("vllm_serve_multinode_backend", "mp"),
-    "master_port": ("vllm_serve_master_port", DEFAULT_MASTER_PORT),
-    # The head's --data-parallel-rpc-port, data parallelism across a multi-node group only (vLLM's default).
-    "dp_rpc_port": ("vllm_serve_dp_rpc_port", DEFAULT_DP_RPC_PORT),
-    "ray_port": ("vllm_serve_ray_port", 6379),
-    "image": ("vllm_serve_image", None),  # None: the image stage's ref
-    "stop_timeout": ("vllm_serve_stop_timeout", None),  # None: vLLM's shutdown timeout + STOP_GRACE_S
-}
+#: The kinds of value a launch setting holds (:class:`LaunchSetting`'s ``kind``).
+SETTING_KINDS = ("str", "int", "port", "list", "bool", "choice")
+#: Where a setting lands in the launch record: ``host`` — once, at the top of the host's ``launch``; ``replica`` —
+#: in every replica's entry (the container's settings; some derived per replica: NAME-i, PORT+i).
+SETTING_SCOPES = ("host", "replica")
+
+
+@dataclass(frozen=True)
+class LaunchSetting:
+    """One deployment setting of the launch record: its inventory variable, type, default, scope and help line.
+
+    :attr:`LAUNCH_SETTINGS` is the one list of them. Preflight reads each from the host's variables
+    (:func:`launch_settings`), type-checks it (:func:`setting_problem`) and refuses any other ``vllm_serve_*``
+    name that is not a documented input of the vllm_serve role; the role's README table and defaults are checked
+    against this list by a test (tests/unit/roles/test_launch_settings_docs.py).
+
+    ``default`` None means "derived" (the help says from what). An unset variable, or one set to ``""``, takes the
+    default, unless ``empty`` says that ``""`` is a value of its own.
+    """
+
+    key: str  #: the name in :func:`launch_settings`' answer
+    variable: str  #: the inventory variable (vllm_serve_*)
+    kind: str  #: one of :data:`SETTING_KINDS`; ``list`` is a list of strings
+    default: Any
+    scope: str  #: one of :data:`SETTING_SCOPES`
+    help: str  #: one line, for the README table and preflight's messages
+    choices: tuple[str, ...] = ()  #: the values a ``choice`` takes
+    minimum: int = 0  #: the least value of an ``int``; the least length of a ``list``
+    pattern: str = ""  #: a regex a ``str`` value, or each item of a ``list``, must match
+    form: str = ""  #: ``pattern`` in words, for a refusal ("an absolute path")
+    example: str = ""  #: a valid value, shown in a refusal
+    empty: bool = False  #: ``""`` is a value (not "take the default")
+
+    def __post_init__(self) -> None:
+        if self.kind not in SETTING_KINDS or self.scope not in SETTING_SCOPES:
+            raise ValueError(f"{self.variable}: kind {self.kind!r} / scope {self.scope!r} unknown")
+        if not self.variable.startswith("vllm_serve_") or not self.help:
+            raise ValueError(f"{self.variable}: a launch setting is a vllm_serve_* variable with a help line")
+        if (self.kind == "choice") != bool(self.choices):
+            raise ValueError(f"{self.variable}: choices go with kind 'choice' only")
+        if bool(self.pattern) != bool(self.form):
+            raise ValueError(f"{self.variable}: a pattern needs its form in words")
+        if self.default is not None and setting_problem(self, self.default) is not None:
+            raise ValueError(f"{self.variable}: default {self.default!r} {setting_problem(self, self.default)}")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_unset(setting: LaunchSetting, value: Any) -> bool:
+    return value is None or (value == "" and not setting.empty)
+
+
+def _digits(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().isdigit()
+
+
+def setting_problem(setting: LaunchSetting, value: Any) -> str | None:
+    """What is wrong with ``value`` for ``setting``, as the end of a sentence that starts with the variable's name
+    and says what to change (``"must be a port (an integer in 1..65535), got string '80x0': set it like 8000"``);
+    None when it is good. Unset (None, and ``""`` unless ``setting.empty``) is always good: it takes the default.
+    An ``int`` may be a string of digits (``-e NAME=5``); a ``port`` may not (as preflight's port check)."""
+    if _is_unset(setting, value):
+        return None
+    example = f": set it like {setting.example}" if setting.example else ""
+    got = f", got {_shown(value)}"
+    if setting.kind == "str":
+        if not isinstance(value, str):
+            return f"must be a string{got}{example}"
+        if setting.pattern and value != "" and not re.match(setting.pattern, value):
+            return f"must be {setting.form}{got}{example}"
+        return None
+    if setting.kind in ("int", "port"):
+        number = int(value) if setting.kind == "int" and _digits(value) else value
+        if isinstance(number, bool) or not isinstance(number, int):
+            what = "a port (an integer in 1..65535)" if setting.kind == "port" else f"an integer >= {setting.minimum}"
+            hint = (f" (a quoted string: write the number bare; on the command line pass JSON: "
+                    f"-e '{{\"{setting.variable}\": {setting.example or 1}}}')" if _digits(value) else "")
+            return f"must be {what}{got}{hint}{example}"
+        if setting.kind == "port" and not 1 <= number <= 65535:
+            return f"must be a port (an integer in 1..65535){got}{example}"
+        if setting.kind == "int" and number < setting.minimum:
+            return f"must be an integer >= {setting.minimum}{got}{example}"
+        return None
+    if setting.kind == "list":
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            return f"must be a list of non-empty strings{got}{example}"
+        if len(value) < setting.minimum:
+            return f"must list at least {setting.minimum} item{'s' if setting.minimum > 1 else ''}{got}{example}"
+        bad = [v for v in value if setting.pattern and not re.match(setting.pattern, v)]
+        if bad:
+            return f"must list {setting.form}, got {bad[0]!r} in it{example}"
+        return None
+    if setting.kind == "bool":
+        return None if isinstance(value, bool) else f"must be true or false{got}"
+    if value in setting.choices:
+        return None
+    quoted = ""
+    if isinstance(value, bool) and str(value).lower() in ("false", "true"):
+        # YAML 1.1 reads an unquoted no/yes/off/on as a boolean.
+        quoted = " (YAML reads an unquoted no as false: quote it)"
+    return f"must be one of {', '.join(setting.choices)}{got}{quoted}{example}"
+
+
+#: The launch settings, in the order of the role's README table. Preflight reads them from the host's variables
+#: (the vllm_serve role's documented inputs); nothing else computes a port, a container name, a command or a
+#: container setting. Left out on purpose, as role variables: the secrets (vllm_serve_api_key, vllm_serve_hf_token:
+#: never written into a record, they reach the container as VLLM_API_KEY / HF_TOKEN at deploy), and the role's own
+#: runtime knobs, which say how a deploy waits and drains but not what runs (vllm_serve_health_*,
+#: vllm_serve_drain_*, vllm_serve_lb_*, vllm_serve_min_other_servers_up, vllm_serve_state). vllm_serve_image is both:
+#: the inventory's pin is recorded here (image.ref), and playbooks/deploy.yml passes the image stage's built ref,
+#: which exists only after preflight.
+LAUNCH_SETTINGS: tuple[LaunchSetting, ...] = (
+    LaunchSetting("container_name", "vllm_serve_container_name", "str", "vllm", "replica",
+                  "Container name; replica i of several is NAME-i", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$",
+                  form="a Docker container name (letters, digits, _ . -)", example="vllm"),
+    LaunchSetting("port", "vllm_serve_port", "port", 8000, "replica",
+                  "vLLM's API port; replica i of several uses PORT+i", example="8000"),
+    LaunchSetting("bind_address", "vllm_serve_bind_address", "str", "0.0.0.0", "replica",
+                  "Address vLLM listens on (the engine config's host)", example="0.0.0.0"),
+    LaunchSetting("advertise_address", "vllm_serve_advertise_address", "str", None, "host",
+                  "How the load balancer and the other nodes reach this host; default ansible_host",
+                  example="10.0.0.1"),
+    LaunchSetting("model_dir", "vllm_serve_model_dir", "str", None, "host",
+                  "The model directory on the host; default the controller's (vllm_fleet_model)",
+                  pattern=r"^/", form="an absolute path", example="/srv/models/llama"),
+    LaunchSetting("model_mount", "vllm_serve_model_mount", "str", "/models/model", "host",
+                  "Where the model directory is mounted in the container (read-only)", pattern=r"^/",
+                  form="an absolute path",
+                  example="/models/model"),
+    LaunchSetting("served_model_name", "vllm_serve_served_model_name", "str", None, "host",
+                  "The model name clients ask for; default the model directory's name", example="llama-3.1-8b"),
+    LaunchSetting("config_dir", "vllm_serve_config_dir", "str", "/etc/vllm-fleet/serve", "host",
+                  "Host directory of the rendered engine config files (NAME.yaml per replica)", pattern=r"^/",
+                  form="an absolute path",
+                  example="/etc/vllm-fleet/serve"),
+    LaunchSetting("config_mount", "vllm_serve_config_mount", "str", "/etc/vllm-fleet/engine.yaml", "host",
+                  "Where a replica's engine config is mounted in the container (vllm serve --config)",
+                  pattern=r"^/", form="an absolute path", example="/etc/vllm-fleet/engine.yaml"),
+    LaunchSetting("server_argv", "vllm_serve_server_argv", "list", ["vllm", "serve"], "replica",
+                  "How the image starts the API server; the replica's command adds --config and the extra args",
+                  minimum=1, example='["vllm", "serve"]'),
+    LaunchSetting("entrypoint", "vllm_serve_entrypoint", "list", ["tini", "--"], "replica",
+                  "Container entrypoint (an init that forwards signals)", example='["tini", "--"]'),
+    LaunchSetting("network_mode", "vllm_serve_network_mode", "str", "host", "replica",
+                  "Docker network mode; host is recommended (and needed for multi-node); else the port is published",
+                  example="host"),
+    LaunchSetting("ipc_mode", "vllm_serve_ipc_mode", "str", "host", "replica",
+                  "Docker IPC mode; host gives vLLM all of /dev/shm; empty: Docker's, with vllm_serve_shm_size",
+                  empty=True, example="host"),
+    LaunchSetting("shm_size", "vllm_serve_shm_size", "str", "1g", "replica",
+                  "Size of /dev/shm when vllm_serve_ipc_mode is not host (vLLM needs more than Docker's 64 MiB)",
+                  pattern=r"^[0-9]+[bkmgBKMG]?$",
+                  form="a size: a number with b, k, m or g", example="8g"),
+    LaunchSetting("ulimits", "vllm_serve_ulimits", "list", [], "replica",
+                  "Container ulimits NAME:SOFT:HARD (empty: the daemon's); the node's RDMA needs are added after them",
+                  pattern=r"^[a-z]+:-?[0-9]+(:-?[0-9]+)?$",
+                  form="NAME:SOFT:HARD items", example='["memlock:-1:-1"]'),
+    LaunchSetting("restart_policy", "vllm_serve_restart_policy", "choice", "unless-stopped", "replica",
+                  "Docker restart policy", choices=("no", "on-failure", "always", "unless-stopped"),
+                  example="unless-stopped"),
+    LaunchSetting("healthcheck_test", "vllm_serve_healthcheck_test", "list",
+                  ["CMD", "/opt/venv/bin/python", "/usr/local/bin/vllm-healthcheck"], "replica",
+                  "Docker health check command (the image's /health probe); NONE on a node that serves no API",
+                  minimum=1, example='["CMD", "/usr/local/bin/vllm-healthcheck"]'),
+    LaunchSetting("healthcheck_interval_s", "vllm_serve_healthcheck_interval_s", "int", 5, "replica",
+                  "Seconds between two Docker health checks", minimum=1, example="5"),
+    LaunchSetting("healthcheck_timeout_s", "vllm_serve_healthcheck_timeout_s", "int", 10, "replica",
+                  "Seconds one Docker health check may take before it counts as failed", minimum=1, example="10"),
+    LaunchSetting("multinode_backend", "vllm_serve_multinode_backend", "choice", "mp", "host",
+                  "Multi-node launcher: vLLM's own (mp) or a Ray cluster (ray)", choices=("mp", "ray"),
+                  example="mp"),
+    LaunchSetting("master_port", "vllm_serve_master_port", "port", DEFAULT_MASTER_PORT, "host",
+                  "The mp launcher's --master-port on rank 0 of a multi-node group", example=str(DEFAULT_MASTER_PORT)),
+    LaunchSetting("dp_rpc_port", "vllm_serve_dp_rpc_port", "port", DEFAULT_DP_RPC_PORT, "host",
+                  "The head's --data-parallel-rpc-port (data parallelism across a multi-node group; vLLM's default)",
+                  example=str(DEFAULT_DP_RPC_PORT)),
+    LaunchSetting("ray_port", "vllm_serve_ray_port", "port", 6379, "host",
+                  "The Ray head's port (multi-node with vllm_serve_multinode_backend: ray)", example="6379"),
+    LaunchSetting("image", "vllm_serve_image", "str", None, "host",
+                  "Image reference pinned in the inventory; default the image stage's (vllm_image_ref)",
+                  example="registry.example/vllm:0.32.0"),
+    LaunchSetting("stop_timeout", "vllm_serve_stop_timeout", "int", None, "host",
+                  "Seconds docker stop waits before it kills vLLM; default the plan's --shutdown-timeout + 30",
+                  minimum=1, example="120"),
+)
+#: Each launch setting by its inventory variable.
+LAUNCH_VARIABLES: dict[str, LaunchSetting] = {s.variable: s for s in LAUNCH_SETTINGS}
 #: Seconds ``docker stop`` waits beyond vLLM's ``--shutdown-timeout`` (in-flight requests finishing) for the
 #: processes to exit before it kills them.
 STOP_GRACE_S = 30
@@ -395,26 +582,37 @@ STOP_GRACE_S = 30
 SECRET_ENV = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
 #: Set per replica for the image's health check script (vllm-healthcheck).
 HEALTH_ENV = ("FLEET_HEALTH_HOST", "FLEET_HEALTH_PORT")
+#: Docker health check: failed checks in a row before the container is unhealthy.
+HEALTHCHECK_RETRIES = 3
+
+
+def _converted(setting: LaunchSetting, value: Any) -> Any:
+    if setting.kind == "int" and _digits(value):
+        return int(value)
+    if setting.kind == "list" and isinstance(value, tuple):
+        return list(value)
+    return value
 
 
 def launch_settings(variables: dict[str, Any], *, address: str, model_dir: str) -> dict[str, Any]:
-    """The deployment settings of one host from its variables (unset or empty ones take the defaults).
+    """The deployment settings of one host from its variables (:data:`LAUNCH_SETTINGS`; unset ones take the
+    defaults), keyed by :attr:`LaunchSetting.key`. Preflight type-checked them (:func:`setting_problem`).
 
     :param address: how other hosts and the load balancer reach this host (ansible_host or its name)
     :param model_dir: the model directory on the controller (the host's default model directory)
     """
     out: dict[str, Any] = {}
-    for key, (var, default) in LAUNCH_SETTINGS.items():
-        value = variables.get(var)
-        out[key] = default if value is None or value == "" else value
+    for setting in LAUNCH_SETTINGS:
+        value = variables.get(setting.variable)
+        out[setting.key] = _copy(setting.default) if _is_unset(setting, value) else _converted(setting, value)
     out["advertise_address"] = out["advertise_address"] or address
     out["model_dir"] = out["model_dir"] or model_dir
     out["served_model_name"] = out["served_model_name"] or str(out["model_dir"]).rstrip("/").rsplit("/", 1)[-1]
-    for key in ("port", "master_port", "dp_rpc_port", "ray_port", "stop_timeout"):
-        value = out[key]
-        if isinstance(value, str) and value.isdigit():
-            out[key] = int(value)
     return out
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
 
 
 def _stop_timeout(plan: dict[str, Any], pinned: Any) -> int:
@@ -431,6 +629,34 @@ def _stop_timeout(plan: dict[str, Any], pinned: Any) -> int:
                           f"({shutdown} s): docker would kill vLLM while requests still finish; raise it or lower "
                           "--shutdown-timeout")
     return pinned
+
+
+def _container_settings(settings: dict[str, Any], entry: dict[str, Any], serves_api: bool,
+                        node_ulimits: list[str]) -> dict[str, Any]:
+    """One replica's container settings, as the vllm_serve role hands them to Docker (nothing is left to compute
+    there but the health check's start period, which the role sizes from the health-gate timeout).
+
+    ``ulimits``: the user's (vllm_serve_ulimits), then the node's RDMA needs that are not among them;
+    ``shm_size`` only when the container has its own IPC namespace; ``published_ports`` only off host networking;
+    a node that serves no API (a headless node of a multi-node group) gets no Docker health check (``NONE``).
+    """
+    ipc_mode = str(settings["ipc_mode"]) or None
+    user_ulimits = [str(u) for u in settings["ulimits"]]
+    network_mode = str(settings["network_mode"])
+    port = entry["port"]
+    return {
+        "config_file": f"{str(settings['config_dir']).rstrip('/')}/{entry['container']}.yaml",
+        "entrypoint": [str(a) for a in settings["entrypoint"]],
+        "network_mode": network_mode,
+        "published_ports": [] if network_mode == "host" else [f"{settings['bind_address']}:{port}:{port}"],
+        "ipc_mode": ipc_mode,
+        "shm_size": None if ipc_mode == "host" else str(settings["shm_size"]),
+        "ulimits": user_ulimits + [u for u in node_ulimits if u not in user_ulimits],
+        "restart_policy": str(settings["restart_policy"]),
+        "healthcheck": {"test": [str(a) for a in settings["healthcheck_test"]] if serves_api else ["NONE"],
+                        "interval_s": int(settings["healthcheck_interval_s"]),
+                        "timeout_s": int(settings["healthcheck_timeout_s"]), "retries": HEALTHCHECK_RETRIES},
+    }
 
 
 def _probe_host(bind_address: str) -> str:
@@ -585,7 +811,7 @@ def launch_record(
             # RDMA (GPUDirect over InfiniBand/RoCE) for a multi-node replica: from network.node_network.
             "devices": list(net.get("devices") or []),
             "cap_add": list(net.get("cap_add") or []),
-            "ulimits": list(net.get("ulimits") or []),
+            **_container_settings(settings, entry, serves_api, list(net.get("ulimits") or [])),
         }
         if dp_command is not None:  # only in this mode: every other record keeps its keys
             replica["data_parallel"] = {"size": data_parallel, "size_local": dp_command["size_local"],
@@ -602,6 +828,7 @@ def launch_record(
         "model_mount": str(settings["model_mount"]),
         "served_model_name": str(settings["served_model_name"]),
         "config_mount": str(settings["config_mount"]),
+        "config_dir": str(settings["config_dir"]),
         "node_rank": rank,
         "nodes": nodes,
         "master_address": addresses[0] if multinode else None,

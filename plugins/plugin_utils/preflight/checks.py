@@ -24,6 +24,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
+    LAUNCH_VARIABLES,
+    setting_problem,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout import (
     RolloutError,
     rollout_units,
@@ -129,6 +133,12 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_facts": "any",
     "vllm_fleet_launch": "any",
 }
+
+#: ``vllm_serve_*`` names preflight knows beyond the launch settings (``deploy/launch.py`` LAUNCH_SETTINGS) and the
+#: vllm_serve role's documented inputs (its meta/argument_specs.yml, which the filter passes as ``role_inputs``):
+#: the role's loop variable, which stays a host fact after a deploy (a re-run inside one ansible-playbook process).
+#: The port variables (:data:`DEFAULT_PORT_VARIABLES`, vllm_fleet_port_variables) and the secrets are known too.
+SET_BY_ROLE: frozenset[str] = frozenset({"vllm_serve_replica"})
 
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.+-]+)?$")
 _CUDA_RE = re.compile(r"^\d+\.\d+$")
@@ -560,14 +570,48 @@ def host_warnings(host: str, variables: Mapping[str, Any], *, planning: bool | N
             "vllm_fleet_api_key_required: false for a closed lab)"]
 
 
+def _unknown(host: str, name: str, known: Iterable[str]) -> str:
+    return f"{host}: unknown variable {name}{_did_you_mean(name, known)}: rename it, or remove it"
+
+
+def serve_variables(variables: Mapping[str, Any], role_inputs: Iterable[str] = ()) -> frozenset[str]:
+    """Every ``vllm_serve_*`` name preflight accepts for a host: the launch settings, the vllm_serve role's
+    documented inputs (``role_inputs``), the port variables it checks, the secrets and :data:`SET_BY_ROLE`."""
+    try:
+        ports = port_variables(variables.get("vllm_fleet_port_variables"))
+    except ValueError:
+        ports = list(DEFAULT_PORT_VARIABLES)
+    return frozenset({*LAUNCH_VARIABLES, *role_inputs, *DEFAULT_PORT_VARIABLES, *ports, *SECRET_VALUE_VARIABLES,
+                      *SET_BY_ROLE})
+
+
+def check_launch_settings(host: str, variables: Mapping[str, Any]) -> list[str]:
+    """The launch settings a host sets (``vllm_serve_*``, ``deploy/launch.py`` LAUNCH_SETTINGS) have their types.
+
+    A port is checked as :func:`check_ports` checks it (the same line: fleet preflight reports it once).
+    """
+    errors: list[str] = []
+    for name in sorted(LAUNCH_VARIABLES.keys() & variables.keys()):
+        setting, value = LAUNCH_VARIABLES[name], variables[name]
+        if setting.kind == "port" and value is not None and value != "":
+            errors += _check_port(host, name, value)
+            continue
+        problem = setting_problem(setting, value)
+        if problem:
+            errors.append(f"{host}: {name} {problem}")
+    return errors
+
+
 def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequence[str], *,
-                      planning: bool | None = None) -> list[str]:
+                      planning: bool | None = None, role_inputs: Iterable[str] = ()) -> list[str]:
     """Validate one host's inventory: SKU group, variable names, types, ranges, secrets.
 
     ``variables`` holds every host variable whose name starts with ``vllm_`` or is a removed name
     (the playbook collects them with the ``varnames`` lookup), already templated. ``planning`` says the run only
     plans (default: :func:`planning_only`, i.e. ``vllm_fleet_recorded_facts_dir`` is set): a missing API key is then
     :func:`host_warnings`' warning, not an error. A secret in any other variable is an error either way.
+    ``role_inputs``: the vllm_serve role's documented inputs (its argument spec's options); any other
+    ``vllm_serve_*`` name that is not a launch setting is refused with the nearest known name (:func:`serve_variables`).
     """
     errors: list[str] = []
     skus = sku_groups(group_names)
@@ -578,13 +622,15 @@ def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequ
         errors.append(f"{host}: is in {len(skus)} SKU groups ({', '.join(skus)}): a host has exactly one GPU "
                       "SKU; remove it from all but one")
 
+    serve = serve_variables(variables, role_inputs)
     for name in sorted(variables):
         if name in REMOVED_VARIABLES:
             errors.append(f"{host}: variable {name} is no longer used: {REMOVED_VARIABLES[name]}")
         elif name.startswith("vllm_fleet_") and name not in KNOWN_VARIABLES:
-            close = difflib.get_close_matches(name, list(KNOWN_VARIABLES), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            errors.append(f"{host}: unknown variable {name}{hint}")
+            errors.append(_unknown(host, name, KNOWN_VARIABLES))
+        elif name.startswith("vllm_serve_") and name not in serve:
+            errors.append(_unknown(host, name, serve))
+    errors += check_launch_settings(host, variables)
 
     model = variables.get("vllm_fleet_model")
     if model is None:

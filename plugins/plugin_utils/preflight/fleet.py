@@ -18,7 +18,7 @@ filter (plugins/filter/preflight.py) and passed in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
@@ -57,12 +57,15 @@ def fleet_preflight(
     planning: bool,
     lbs: Mapping[str, Mapping[str, Any]] | None = None,
     check_image: bool = True,
+    role_inputs: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Validate, check facts, plan and lay out every host.
 
     :param hosts: :data:`HostState` per host, in inventory order
     :param recorded: facts come from recorded files (``vllm_fleet_recorded_facts_dir``), not discovery
     :param planning: the run only plans (preflight.yml alone): a missing API key is a warning
+    :param role_inputs: the vllm_serve role's documented inputs (its argument spec's options): accepted beside the
+        launch settings, any other ``vllm_serve_*`` name is refused (``checks.check_host_inputs``)
     :returns: ``{"stage", "errors", "warnings", "records", "inputs"}``; ``stage`` is the stage that failed
         (``inputs``, ``facts``, ``multinode``, ``plan``) or ``ok``; ``inputs`` are the hosts'
         :func:`record.host_input` (what auto-tune re-plans from)
@@ -73,8 +76,9 @@ def fleet_preflight(
         variables = dict(state.get("vars") or {})
         groups = [str(g) for g in state.get("groups") or []]
         try:
-            errors += checks.check_host_inputs(host, variables, groups, planning=planning)
-            errors += checks.check_ports(host, _ports(variables))
+            found = checks.check_host_inputs(host, variables, groups, planning=planning, role_inputs=role_inputs)
+            # A port launch setting is checked by both, with the same line: reported once.
+            errors += found + [line for line in checks.check_ports(host, _ports(variables)) if line not in found]
             warnings += checks.host_warnings(host, variables, planning=planning)
         except Exception as exc:
             errors.append(unexpected(host, "checking its variables", exc))

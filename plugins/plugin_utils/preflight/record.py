@@ -11,8 +11,10 @@ its replicas and its multi-node group, runs the fleet checks and returns ``{"rec
 - ``sku``, ``facts``, ``plan`` (Contract 2), ``multinode_group``, ``ports``, ``image_cuda``, ``feedback`` —
   the report's inputs;
 - ``launch`` — :func:`..deploy.launch.launch_record`: the image, and per replica ``container``, ``port``,
-  ``device_ids``, ``engine_args`` (the exact ``--config`` file), ``env`` / ``env_names``, ``argv``,
-  ``node_rank``, ``nodes`` and ``master_address``.
+  ``device_ids``, ``engine_args`` (the exact ``--config`` file) and ``config_file``, ``env`` / ``env_names``,
+  ``argv``, ``node_rank``, ``nodes``, ``master_address`` and the container's settings (entrypoint, network and IPC
+  mode, shm size, ulimits, restart policy, health check), from the host's launch settings
+  (``deploy/launch.py`` ``LAUNCH_SETTINGS``).
 
 An unexpected error while handling one host becomes one line naming the host, never a traceback.
 """

@@ -40,6 +40,11 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "removed_flag_worker_use_ray": ("h200-a", r"h200-a: vllm_fleet_extra_args has --worker-use-ray, which vLLM 0\.32 rejects"),
     "removed_variable_max_paddings": ("h200-a", r"h200-a: variable vllm_max_paddings is no longer used"),
     "typo_variable": ("h200-a", r"unknown variable vllm_fleet_gpu_memory_utilisation"),
+    "typo_serve_variable": ("h200-a", r"h200-a: unknown variable vllm_serve_prot \(did you mean vllm_serve_port\?\): "
+                                      r"rename it, or remove it"),
+    "serve_port_not_a_port": ("h200-a", r"h200-a: vllm_serve_port must be an integer port, got string '80x0'.*"
+                                        r"h200-a: vllm_serve_restart_policy must be one of no, on-failure, always, "
+                                        r"unless-stopped, got false \(YAML reads an unquoted no as false: quote it\)"),
     "driver_too_old": ("t4-old", r"t4-old: No vLLM image runs on driver 535\.261\.03"),
     "sku_mismatch": ("h200-a", r"h200-a: is in gpu_h100 \(expects a GPU matching 'H100'\) but discovery found NVIDIA H200"),
     "removed_env_var": ("h200-a", r"h200-a: vllm_fleet_env\.VLLM_USE_V1 is unknown to vLLM 0\.32"),
