@@ -38,6 +38,8 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"_SERVE_ONLY_0_32", "OPTIONS"}): "every vllm serve option that is not an engine argument vs the "
     "options the project types",
     frozenset({"LAUNCH_SETTINGS", "OPTIONS"}): "the launch record's inventory settings vs vLLM's options they become",
+    frozenset({"SETTING_KINDS", "KINDS"}): "the value types of an inventory launch setting vs of a vLLM option (a "
+    "setting has ports, an option JSON values)",
     frozenset({"QUANT_MIN_CC", "SIXTEEN_BIT_DENSE_METHODS"}): "minimum compute capability per quantization method "
     "vs the methods whose unquantized layers stay 16-bit",
     # module_utils runs on the hosts and cannot import the planner, so tiny_model.py keeps a copy of vLLM's CPU
