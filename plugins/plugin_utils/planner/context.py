@@ -9,6 +9,7 @@ from .inputs import Gpu, Policy, Profile
 from .model import ModelSpec
 from .precision import Precision
 from .rules import VersionRules
+from .speculative import SpecDecode
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class PlanInputs:
     precision: Precision
     weights_total_bytes: int | None = None  # the checkpoint's real size, when known
     extra_args: tuple[str, ...] = ()  # the user's extra vllm serve args (checked), verbatim after the engine args
+    speculative: SpecDecode | None = None  # the user's speculative_config, resolved (speculative.resolve_speculative)
 
 
 @dataclass(frozen=True)
