@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .context import GpuInputs
 from .errors import PlanError
 from .hardware import CUDA_CONTEXT_MIB, MIB
+from .lora import lora_bytes_per_stage
 from .memory import (
     NON_TORCH_BASE,
     NON_TORCH_MULTI_GPU,
@@ -107,6 +108,8 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
         extra = eplb_bytes_per_stage(spec, tp, pp, prec.dense_bytes, prec.quant, ctx.weights_total_bytes,
                                      moe_expert_shards(tp, g.dp), g.redundant_experts, g.eplb_buffers)
         weights = [w + e for w, e in zip(weights, extra, strict=True)]
+    if ctx.lora is not None:  # adapter slots, allocated at load: weights to the budget
+        weights = [w + a for w, a in zip(weights, lora_bytes_per_stage(spec, ctx.lora, tp, pp), strict=True)]
     stage_counts = list(stage_kind_counts(spec.layer_kinds, pp))
     draft_w, draft_extra, draft_layers, query_len = _speculative(g, tp, pp, weights, stage_counts)
     non_torch = non_torch_bytes(rules, tp * pp * dp)

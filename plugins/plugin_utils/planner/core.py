@@ -50,6 +50,7 @@ from .inputs import (
     policy_from_mapping,
     resolve_profile,
 )
+from .lora import resolve_lora
 from .memory import (
     CUDA_GRAPH_PER_LAYER_GRAPH,
     NON_TORCH_BASE,
@@ -211,7 +212,8 @@ def plan_typed(
     reconcile_weights(spec, precision, weights_total_bytes, d)
     speculative = resolve_speculative(spec, user, draft_model_config, parse_model_config)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,
-                     weights_total_bytes=weights_total_bytes, extra_args=extra, speculative=speculative)
+                     weights_total_bytes=weights_total_bytes, extra_args=extra, speculative=speculative,
+                     lora=resolve_lora(user, precision.act_bytes))
     if gpu is None:
         return plan_cpu(ctx, facts or {}, d)
     return plan_gpu(ctx, gpu, d)

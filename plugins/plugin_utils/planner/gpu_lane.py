@@ -14,6 +14,8 @@ from .errors import PlanError
 from .hardware import GIB, attention_backend, default_block_size
 from .headroom import Utilization, utilization
 from .inputs import Gpu
+from .lora import describe as describe_lora
+from .lora import lora_bytes_per_stage
 from .memory import eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
 from .plan_types import Parallel, Plan, assemble_plan
@@ -579,6 +581,15 @@ def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     d.set("speculative-config", sd.config, describe(sd, spec, chosen.draft_weights, same, extra, chosen.tp, kv_bytes))
 
 
+def _record_lora(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
+    """Emit --enable-lora with the adapter slots' bytes on the chosen layout (LoRA off: nothing)."""
+    slots = g.plan.lora
+    if slots is None:
+        return
+    per_gpu = max(lora_bytes_per_stage(g.plan.spec, slots, chosen.tp, chosen.pp))
+    d.set("enable-lora", True, describe_lora(g.plan.spec, slots, per_gpu, chosen.tp))
+
+
 def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     """Plan one host (or a multi-host group under ``policy.max_nodes``) of identical GPUs."""
     g = gpu_inputs(ctx, gpu, d)
@@ -595,5 +606,6 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     _record_max_model_len(g, final_len, clamped, d)
     parallel = _record_layout(g, chosen, d)
     _record_speculative(g, chosen, d)
+    _record_lora(g, chosen, d)
     _record_features(g, chosen, d)
     return assemble_plan(ctx, "cuda", d, chosen, parallel, gpu)

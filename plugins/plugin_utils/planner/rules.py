@@ -137,6 +137,15 @@ VERIFIED: dict[str, dict[str, Source]] = {
                                    "self.eh_proj = nn.Linear(config.hidden_size * 2, config.hidden_size, bias=False)"),
         "spec:eagle3_qkv_input": Source("vllm/model_executor/models/llama_eagle3.py", 82, 82,
                                         "qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size"),
+        # LoRA adapter slots (planner/lora.py): allowed ranks, the slots per layer and how TP shards them.
+        "lora:max_ranks": Source("vllm/config/lora.py", 26, 26, "MaxLoRARanks = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]"),
+        "lora:dtype_auto": Source("vllm/config/lora.py", 139, 139, "self.lora_dtype = model_config.dtype"),
+        "lora:fully_sharded_rank": Source("vllm/lora/layers/base_linear.py", 119, 119,
+                                          "else divide(lora_config.max_lora_rank, self.tp_size)"),
+        "lora:row_input_shard": Source("vllm/lora/layers/row_parallel_linear.py", 27, 27,
+                                       "self.input_size = self.base_layer.input_size_per_partition"),
+        "lora:spec_batch_refused": Source("vllm/engine/arg_utils.py", 2681, 2681,
+                                          "Consider increasing max_num_batched_tokens or "),
     },
     "0.33.0": {
         "gpu_memory_utilization": Source("vllm/config/cache.py", 215, 215,
@@ -219,6 +228,15 @@ VERIFIED: dict[str, dict[str, Source]] = {
                                    "self.eh_proj = nn.Linear(config.hidden_size * 2, config.hidden_size, bias=False)"),
         "spec:eagle3_qkv_input": Source("vllm/model_executor/models/llama_eagle3.py", 82, 82,
                                         "qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size"),
+        # LoRA adapter slots (planner/lora.py): allowed ranks, the slots per layer and how TP shards them.
+        "lora:max_ranks": Source("vllm/config/lora.py", 27, 27, "MaxLoRARanks = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]"),
+        "lora:dtype_auto": Source("vllm/config/lora.py", 158, 158, "self.lora_dtype = model_config.dtype"),
+        "lora:fully_sharded_rank": Source("vllm/lora/layers/base_linear.py", 119, 119,
+                                          "else divide(lora_config.max_lora_rank, self.tp_size)"),
+        "lora:row_input_shard": Source("vllm/lora/layers/row_parallel_linear.py", 27, 27,
+                                       "self.input_size = self.base_layer.input_size_per_partition"),
+        "lora:spec_batch_refused": Source("vllm/engine/arg_utils.py", 2722, 2722,
+                                          "Consider increasing max_num_batched_tokens or "),
     },
 }
 NEWEST_VERIFIED_VERSION = max(VERIFIED, key=parse_version)

@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from .context import PlanInputs
 from .decision import Decision
+from .errors import PlanError
 from .inputs import Gpu
 from .rules import SchedulerDefaults, scheduler_defaults
 
@@ -62,6 +63,11 @@ def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: G
     sd = ctx.speculative
     if "max-num-batched-tokens" in ctx.user:
         tokens = int(ctx.user["max-num-batched-tokens"])
+        if sd is not None and tokens < seqs * sd.query_len and ctx.lora is not None:
+            raise PlanError(f"--max-num-batched-tokens {tokens} is below max_num_seqs {seqs} x (1 + {sd.num_tokens} "
+                            f"draft tokens) = {seqs * sd.query_len}, which vLLM refuses with LoRA ('Consider "
+                            "increasing max_num_batched_tokens or decreasing num_speculative_tokens'): raise it to "
+                            f"{seqs * sd.query_len} or leave it to the planner")
         if sd is not None and tokens < seqs * sd.query_len:
             return tokens, (f"set by you; below max_num_seqs {seqs} x (1 + {sd.num_tokens} draft tokens) = "
                             f"{seqs * sd.query_len}: a decode step of every sequence does not fit one batch")
