@@ -23,11 +23,13 @@ def vllm_plan(
     policy: Any = None,
     extra_args: Any = None,
     served_model_path: Any = None,
+    draft_model: Any = None,
 ) -> dict[str, Any]:
     """Plan one host; errors become AnsibleFilterError with the planner's one-line message."""
     try:
         return plan_for_model(facts, model, profile=profile, vllm_version=vllm_version, engine_args=engine_args,
-                              policy=policy, extra_args=extra_args, served_model_path=served_model_path)
+                              policy=policy, extra_args=extra_args, served_model_path=served_model_path,
+                              draft_model=draft_model)
     except (PlanError, ModelFilesError) as exc:
         raise AnsibleFilterError(f"vllm_plan: {exc}") from exc
 

@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass
 
 from .context import GpuInputs
+from .errors import PlanError
 from .hardware import CUDA_CONTEXT_MIB, MIB
+from .lora import lora_bytes_per_stage
 from .memory import (
     NON_TORCH_BASE,
     NON_TORCH_MULTI_GPU,
@@ -14,6 +16,7 @@ from .memory import (
     LayerCounts,
     Memory,
     activation_bytes,
+    checkpoint_estimate,
     cuda_graph_bytes,
     eplb_bytes_per_stage,
     kv_layout,
@@ -23,6 +26,7 @@ from .memory import (
 from .model import ModelSpec, moe_expert_shards, stage_layers
 from .rules import VersionRules
 from .scheduler import Schedule
+from .speculative import check_draft_tp, draft_kv, draft_weight_bytes
 
 
 @dataclass(slots=True)  # built in the hot loop: slots, not frozen (frozen init costs ~2x); never mutated
@@ -42,6 +46,8 @@ class Candidate:
     fits_one_request: bool
     layer_counts: LayerCounts = ()  # layer kinds on the limiting GPU
     in_flight: int = 0
+    draft_kv_per_token: int = 0  # KV bytes per token of draft layers with another page (speculative.draft_kv)
+    draft_weights: int = 0  # the draft's weight bytes on a last-stage GPU (speculative decoding), in ``memory``
 
     @property
     def world(self) -> int:
@@ -54,7 +60,7 @@ class Candidate:
         while low < high:
             mid = (low + high + 1) // 2
             need = kv_layout(spec, self.layer_counts, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
-                             self.in_flight).needed_bytes_per_request
+                             self.in_flight, self.draft_kv_per_token).needed_bytes_per_request
             if need <= max(self.memory.kv_cache, 0):
                 low = mid
             else:
@@ -102,22 +108,30 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
         extra = eplb_bytes_per_stage(spec, tp, pp, prec.dense_bytes, prec.quant, ctx.weights_total_bytes,
                                      moe_expert_shards(tp, g.dp), g.redundant_experts, g.eplb_buffers)
         weights = [w + e for w, e in zip(weights, extra, strict=True)]
-    stage_counts = stage_kind_counts(spec.layer_kinds, pp)
+    if ctx.lora is not None:  # adapter slots, allocated at load: weights to the budget
+        weights = [w + a for w, a in zip(weights, lora_bytes_per_stage(spec, ctx.lora, tp, pp), strict=True)]
+    stage_counts = list(stage_kind_counts(spec.layer_kinds, pp))
+    draft_w, draft_extra, draft_layers, query_len = _speculative(g, tp, pp, weights, stage_counts)
     non_torch = non_torch_bytes(rules, tp * pp * dp)
     in_flight = (2 if pp == 1 else pp) * tokens  # async scheduling (PP 1) keeps two batches in flight
     expert_parallel = uses_expert_parallel(g, tp, pp)
     charged = rules.cudagraph_charged_to_budget
     num_blocks_min: int | None = None
     limiting: tuple[Memory, KvLayout, LayerCounts] | None = None
+    limiting_last = False
     for s, count in enumerate(stage_layers(spec.num_layers, pp)):
         kinds = stage_counts[s]
         act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, prec.act_bytes, expert_parallel, dp)
-        cg = 0 if g.eager else cuda_graph_bytes(spec, count, seqs, g.gpu.compute_capability)
+        last = s == pp - 1
+        cg = 0 if g.eager else cuda_graph_bytes(spec, count + (draft_layers if last else 0), seqs,
+                                                g.gpu.compute_capability, query_len, tokens)
         kv = budget - weights[s] - act - non_torch - (cg if charged else 0)
-        layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight)
+        layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight,
+                           draft_extra if last else 0)
         blocks = max(kv, 0) // layout.bytes_per_block
         if num_blocks_min is None or blocks < num_blocks_min:
             num_blocks_min = blocks
+            limiting_last = last
             limiting = (Memory(total=total, budget=budget, weights=weights[s], activation=act, non_torch=non_torch,
                                cuda_graph=cg, cuda_graph_charged=charged, kv_cache=kv, outside_budget=outside),
                         layout, kinds)
@@ -131,4 +145,32 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     fits = mem.kv_cache > 0 and layout.needed_bytes_per_request <= mem.kv_cache
     return Candidate(tp=tp, pp=pp, memory=mem, num_blocks=num_blocks_min, layout=layout, kv_tokens=kv_tokens,
                      concurrency=concurrency, max_model_len=max_model_len, max_num_seqs=seqs,
-                     max_num_batched_tokens=tokens, fits_one_request=fits, layer_counts=kinds, in_flight=in_flight)
+                     max_num_batched_tokens=tokens, fits_one_request=fits, layer_counts=kinds, in_flight=in_flight,
+                     draft_kv_per_token=draft_extra if limiting_last else 0, draft_weights=draft_w)
+
+
+def _speculative(g: GpuInputs, tp: int, pp: int, weights: list[int],
+                 stage_counts: list[LayerCounts]) -> tuple[int, int, int, int]:
+    """Add the draft (speculative decoding) to the last pipeline stage: its weights (scaled like the target's when
+    they are the checkpoint's own MTP layers) into ``weights``, its same-page KV layers into the stage's "full"
+    count. Returns (draft weight bytes, KV bytes per token of other-page draft layers, draft layers, query length).
+    """
+    ctx = g.plan
+    sd = ctx.speculative
+    if sd is None:
+        return 0, 0, 0, 1
+    problem = check_draft_tp(sd, tp)
+    if problem:
+        raise PlanError(problem)
+    spec, prec = ctx.spec, ctx.precision
+    dp = g.dp if spec.is_moe else 1
+    draft_w = draft_weight_bytes(sd, spec, tp, pp, prec.dense_bytes, prec.quant, moe_expert_shards(tp, dp))
+    if sd.method == "mtp" and ctx.weights_total_bytes:
+        draft_w = int(draft_w * ctx.weights_total_bytes / checkpoint_estimate(spec, prec.dense_bytes, prec.quant))
+    weights[-1] += draft_w
+    same, extra = draft_kv(sd, spec, tp, prec.kv_bytes)
+    if same:
+        counts = dict(stage_counts[-1])
+        counts["full"] = counts.get("full", 0) + same
+        stage_counts[-1] = tuple(counts.items())
+    return draft_w, extra, sd.kv_layers, sd.query_len

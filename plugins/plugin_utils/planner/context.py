@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .inputs import Gpu, Policy, Profile
+from .lora import LoraSlots
 from .model import ModelSpec
 from .precision import Precision
 from .rules import VersionRules
+from .speculative import SpecDecode
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class PlanInputs:
     precision: Precision
     weights_total_bytes: int | None = None  # the checkpoint's real size, when known
     extra_args: tuple[str, ...] = ()  # the user's extra vllm serve args (checked), verbatim after the engine args
+    speculative: SpecDecode | None = None  # the user's speculative_config, resolved (speculative.resolve_speculative)
+    lora: LoraSlots | None = None  # --enable-lora's preallocated adapter slots (lora.resolve_lora)
 
 
 @dataclass(frozen=True)

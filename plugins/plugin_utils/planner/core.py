@@ -50,6 +50,7 @@ from .inputs import (
     policy_from_mapping,
     resolve_profile,
 )
+from .lora import resolve_lora
 from .memory import (
     CUDA_GRAPH_PER_LAYER_GRAPH,
     NON_TORCH_BASE,
@@ -72,6 +73,7 @@ from .rules import (
     parse_version,
     rules_for,
 )
+from .speculative import resolve_speculative
 
 __all__ = [
     "CUDA_GRAPH_PER_LAYER_GRAPH",
@@ -177,6 +179,7 @@ def plan_typed(
     weights_total_bytes: int | None = None,
     model_path: str | None = None,
     extra_args: list[str] | None = None,
+    draft_model_config: dict[str, Any] | None = None,
 ) -> Plan:
     """Plan one host and return the typed :class:`Plan` (:func:`plan` returns its ``to_dict()``).
 
@@ -188,6 +191,8 @@ def plan_typed(
     :param profile: ``chat``, ``batch``, ``long-context`` or an explicit mapping.
     :param engine_args: vLLM engine arguments the user set (they win and are validated).
     :param weights_total_bytes: ``metadata.total_size`` of ``model.safetensors.index.json`` if known.
+    :param draft_model_config: the draft's ``config.json`` (EAGLE / EAGLE-3 head or draft model of the pinned
+        ``speculative_config``), parsed like the target's (:mod:`.speculative`).
     :raises PlanError: one-line message that says what to change.
     """
     d = Decision()
@@ -205,8 +210,10 @@ def plan_typed(
     _graceful_stop(user, rules, d)
     precision = resolve_precision(spec, gpu, user, rules, d)
     reconcile_weights(spec, precision, weights_total_bytes, d)
+    speculative = resolve_speculative(spec, user, draft_model_config, parse_model_config)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,
-                     weights_total_bytes=weights_total_bytes, extra_args=extra)
+                     weights_total_bytes=weights_total_bytes, extra_args=extra, speculative=speculative,
+                     lora=resolve_lora(user, precision.act_bytes))
     if gpu is None:
         return plan_cpu(ctx, facts or {}, d)
     return plan_gpu(ctx, gpu, d)
@@ -216,7 +223,7 @@ def plan(facts: dict[str, Any], model_config: dict[str, Any], **options: Any) ->
     """Plan one host (or one multi-host group under ``policy.max_nodes``). Returns CONTRACT 2.
 
     The options are :func:`plan_typed`'s (``profile``, ``vllm_version``, ``engine_args``, ``policy``,
-    ``weights_total_bytes``, ``model_path``, ``extra_args``); this is ``plan_typed(...).to_dict()``.
+    ``weights_total_bytes``, ``model_path``, ``extra_args``, ``draft_model_config``); this is ``plan_typed(...).to_dict()``.
     :raises PlanError: one-line message that says what to change.
     """
     return plan_typed(facts, model_config, **options).to_dict()

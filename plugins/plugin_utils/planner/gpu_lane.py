@@ -14,10 +14,13 @@ from .errors import PlanError
 from .hardware import GIB, attention_backend, default_block_size
 from .headroom import Utilization, utilization
 from .inputs import Gpu
+from .lora import describe as describe_lora
+from .lora import lora_bytes_per_stage
 from .memory import eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
+from .speculative import SpecDecode, check_draft_tp, describe, draft_kv
 
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel sizes tried, smallest first
 # Re-evaluations after the first guess (UNBOUNDED_KV_TOKENS). max_num_seqs follows the KV pool, and the
@@ -232,7 +235,7 @@ def gpu_inputs(ctx: PlanInputs, gpu: Gpu, d: Decision) -> GpuInputs:
 # --- Step 1: candidate layouts ------------------------------------------------------------------
 
 
-def _tp_candidates(spec: ModelSpec, gpus: int) -> list[int]:
+def _tp_candidates(spec: ModelSpec, gpus: int, sd: SpecDecode | None = None) -> list[int]:
     """TP sizes that fit ``gpus`` (the host's, or one data-parallel rank's share), divide the heads and split or
     evenly replicate the KV heads."""
     values = []
@@ -243,6 +246,8 @@ def _tp_candidates(spec: ModelSpec, gpus: int) -> list[int]:
             continue
         if not spec.mla and tp >= spec.num_kv_heads and tp % spec.num_kv_heads:
             continue
+        if sd is not None and check_draft_tp(sd, tp):
+            continue  # the draft cannot run at this TP (speculative.check_draft_tp)
         values.append(tp)
     return values
 
@@ -252,7 +257,7 @@ def candidate_layouts(g: GpuInputs) -> list[tuple[int, int]]:
     if g.forced:
         return [(g.forced_tp or 1, g.forced_pp or 1)]
     spec, gpu = g.plan.spec, g.gpu
-    tps = _tp_candidates(spec, gpu.count // g.dp_local)
+    tps = _tp_candidates(spec, gpu.count // g.dp_local, g.plan.speculative)
     if not tps:
         raise PlanError(f"no tensor-parallel size divides the model's {spec.num_heads} heads with "
                         f"{gpu.count} GPU(s): use a host with a GPU count that divides {spec.num_heads}")
@@ -375,7 +380,7 @@ def compare_moe_layouts(g: GpuInputs, pick: Pick, d: Decision) -> tuple[GpuInput
     tp_total = tp_cand.kv_tokens * replicas
     tp_label = _layout_label(tp_cand.tp, 1, uses_expert_parallel(g, tp_cand.tp, tp_cand.pp), replicas)
     best: tuple[int, GpuInputs, Pick, Settled] | None = None
-    for tp in _tp_candidates(ctx.spec, gpu.count):
+    for tp in _tp_candidates(ctx.spec, gpu.count, ctx.speculative):
         dp = gpu.count // tp
         if dp < 2 or gpu.count % tp:
             continue
@@ -566,6 +571,25 @@ def _record_features(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     d.keep_user_args(user)
 
 
+def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
+    """Emit the user's speculative_config with what the draft costs on the chosen layout (none: nothing)."""
+    sd = g.plan.speculative
+    if sd is None:
+        return
+    spec, kv_bytes = g.plan.spec, g.plan.precision.kv_bytes
+    same, extra = draft_kv(sd, spec, chosen.tp, kv_bytes)
+    d.set("speculative-config", sd.config, describe(sd, spec, chosen.draft_weights, same, extra, chosen.tp, kv_bytes))
+
+
+def _record_lora(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
+    """Emit --enable-lora with the adapter slots' bytes on the chosen layout (LoRA off: nothing)."""
+    slots = g.plan.lora
+    if slots is None:
+        return
+    per_gpu = max(lora_bytes_per_stage(g.plan.spec, slots, chosen.tp, chosen.pp))
+    d.set("enable-lora", True, describe_lora(g.plan.spec, slots, per_gpu, chosen.tp))
+
+
 def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     """Plan one host (or a multi-host group under ``policy.max_nodes``) of identical GPUs."""
     g = gpu_inputs(ctx, gpu, d)
@@ -581,5 +605,7 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     schedule(ctx, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world).record(d, dp=g.dp)
     _record_max_model_len(g, final_len, clamped, d)
     parallel = _record_layout(g, chosen, d)
+    _record_speculative(g, chosen, d)
+    _record_lora(g, chosen, d)
     _record_features(g, chosen, d)
     return assemble_plan(ctx, "cuda", d, chosen, parallel, gpu)

@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from .hardware import CUBLAS_HANDLES_MIB, GIB, MIB, cc_tuple
-from .model import ModelSpec, stage_layers, weights_bytes_per_gpu
+from .model import ModelSpec, mtp_bytes_per_gpu, stage_layers, weights_bytes_per_gpu
 from .quant_formats import Quantization
 from .rules import cudagraph_capture_sizes
+from .speculative import capture_sizes
 
 # cuBLAS/cuBLASLt handles and workspaces: allocated after vLLM's snapshot (inside the budget) before 0.33; 0.33
 # creates them before it (outside the budget, with the CUDA context and NCCL): candidate.non_torch_bytes and
@@ -118,15 +119,20 @@ def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_
 
 
 @lru_cache(maxsize=1024)
-def _capture_size_count(max_num_seqs: int, cc: str) -> int:
-    """How many batch sizes vLLM captures CUDA graphs for (cached: every layout re-asks)."""
-    return len(cudagraph_capture_sizes(max_num_seqs, blackwell=cc_tuple(cc)[0] == 10))
+def _capture_size_count(max_num_seqs: int, cc: str, query_len: int = 1, max_num_batched_tokens: int = 0) -> int:
+    """How many batch sizes vLLM captures CUDA graphs for (cached: every layout re-asks). With draft tokens
+    (``query_len`` > 1) the uniform decode sizes join the grid (:func:`.speculative.capture_sizes`)."""
+    blackwell = cc_tuple(cc)[0] == 10
+    if query_len > 1:
+        return len(capture_sizes(max_num_seqs, query_len, max_num_batched_tokens, blackwell))
+    return len(cudagraph_capture_sizes(max_num_seqs, blackwell=blackwell))
 
 
-def cuda_graph_bytes(spec: ModelSpec, layers_on_gpu: int, max_num_seqs: int, cc: str) -> int:
+def cuda_graph_bytes(spec: ModelSpec, layers_on_gpu: int, max_num_seqs: int, cc: str, query_len: int = 1,
+                     max_num_batched_tokens: int = 0) -> int:
     """CUDA-graph pool estimate: captured sizes x layers on this GPU (piecewise graphs split at every
-    attention layer); MoE layers keep roughly twice the buffers."""
-    sizes = _capture_size_count(max_num_seqs, cc)
+    attention layer); MoE layers keep roughly twice the buffers. ``query_len``: 1 + the draft tokens per step."""
+    sizes = _capture_size_count(max_num_seqs, cc, query_len, max_num_batched_tokens)
     factor = 2 if spec.is_moe else 1
     return sizes * layers_on_gpu * CUDA_GRAPH_PER_LAYER_GRAPH * factor
 
@@ -146,8 +152,15 @@ def _checkpoint_scale(spec: ModelSpec, dense_bytes: int, quant: Quantization,
     total_size), or None when that size is unknown."""
     if not weights_total_bytes:
         return None
-    arch_total = sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant))
+    arch_total = checkpoint_estimate(spec, dense_bytes, quant)
     return weights_total_bytes / arch_total if arch_total > 0 else None
+
+
+def checkpoint_estimate(spec: ModelSpec, dense_bytes: int, quant: Quantization) -> int:
+    """The bytes the checkpoint's files hold by the config: every layer, embeddings, and the MTP layers it ships
+    (they are in ``total_size`` whether or not speculative decoding loads them)."""
+    return sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant)) + mtp_bytes_per_gpu(spec, 1, 1, dense_bytes,
+                                                                                           quant)
 
 
 def eplb_bytes_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization,
@@ -214,12 +227,14 @@ def stage_kind_counts(layer_kinds: tuple[str, ...], pp: int) -> tuple[LayerCount
 
 
 def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_bytes: int,
-              block_size: int, max_model_len: int, in_flight_tokens: int) -> KvLayout:
+              block_size: int, max_model_len: int, in_flight_tokens: int, extra_bytes_per_token: int = 0) -> KvLayout:
     """Bytes per block and blocks one max-length request needs, for the layers on one GPU.
 
     Uniform models form one group (bytes_per_block = sum of layer pages). Hybrid models bucket layers by
     type; the group size is the smallest bucket (or the largest if < 1.5x the smallest), buckets split
     into groups of that size; bytes_per_block = group_size x page (kv_cache_utils.py:1362-1551).
+    ``extra_bytes_per_token``: a draft's full-attention layers of another width, in the one group of an all-full
+    target (UniformTypeKVCacheSpecs: page sizes add up, :func:`.speculative.draft_kv`).
     """
     attn_page = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes) * block_size
     counts = dict(layer_counts)
@@ -235,8 +250,9 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
             return KvLayout(bytes_per_block=n * page, blocks_per_request=1, needed_bytes_per_request=n * page,
                             block_size=block_size)
         blocks = per_kind_blocks[kind]
-        return KvLayout(bytes_per_block=n * attn_page, blocks_per_request=blocks,
-                        needed_bytes_per_request=n * attn_page * blocks, block_size=block_size)
+        page_sum = n * attn_page + extra_bytes_per_token * block_size
+        return KvLayout(bytes_per_block=page_sum, blocks_per_request=blocks,
+                        needed_bytes_per_request=page_sum * blocks, block_size=block_size)
     smallest, largest = min(counts.values()), max(counts.values())
     group_size = largest if largest < 1.5 * smallest else smallest
     page = attn_page

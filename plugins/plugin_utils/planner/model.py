@@ -64,6 +64,10 @@ class ModelSpec:
     multimodal: bool = False
     vision_params: int = 0  # vision tower + projector (multimodal wrappers), from vision_config
     quantization: Quantization = field(default_factory=lambda: Quantization("none"))
+    # Multi-token-prediction layers the checkpoint ships after its decoder layers (DeepSeek-V3 / GLM-4.5
+    # ``num_nextn_predict_layers``, ``mtp_num_hidden_layers``): loaded only under speculative decoding (method mtp).
+    mtp_layers: int = 0
+    draft_vocab_size: int = 0  # an EAGLE-3 head's own output vocabulary (``draft_vocab_size``), 0 if none
 
     @property
     def is_moe(self) -> bool:
@@ -351,6 +355,8 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         multimodal=multimodal,
         vision_params=vision_params,
         quantization=_quantization(outer if "quantization_config" in outer else cfg),
+        mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+        draft_vocab_size=int(cfg.get("draft_vocab_size") or 0),
     )
 
 
@@ -401,6 +407,33 @@ def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
         result.append(int(total))
         start += count
     return tuple(result)
+
+
+def mtp_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization | None = None,
+                      expert_shards: int | None = None) -> int:
+    """Weight bytes of the checkpoint's MTP layers on the GPU that holds them (the last pipeline stage).
+
+    vLLM 0.32 ``model_executor/models/deepseek_mtp.py:85-110``: each MTP layer is ``enorm``, ``hnorm``, an
+    ``eh_proj`` ``nn.Linear(2 * hidden, hidden)`` (replicated, unquantized), a shared-head norm and one decoder layer
+    shaped like the target's last (``model.layers.{num_hidden_layers + i}``, MoE where the target is); its embedding
+    and lm_head are the target's (``v1/spec_decode/llm_base_proposer.py`` ``_maybe_share_embeddings`` /
+    ``_maybe_share_lm_head``: "Detected MTP model"), except that under pipeline parallelism the embedding is loaded
+    separately ("The draft model's vocab embedding will be loaded separately").
+    """
+    if not spec.mtp_layers:
+        return 0
+    q = quant or spec.quantization
+    h = spec.hidden_size
+    total = 0.0
+    for i in range(spec.mtp_layers):
+        layer = spec.num_layers + i
+        moe_layer = spec.is_moe and layer >= spec.dense_layers
+        rates = layer_module_bytes(spec, q, layer, "full", float(dense_bytes))
+        total += _layer_bytes(spec, tp, "full", layer, moe_layer, rates, dense_bytes, expert_shards)
+        total += (2 * h * h + 3 * h) * dense_bytes
+    if pp > 1:
+        total += spec.vocab_size * h / tp * dense_bytes
+    return int(total)
 
 
 #: The checkpoint / vLLM names a module goes by (per layer ``{p}``), matched against a quantization's skip list and

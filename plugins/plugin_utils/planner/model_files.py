@@ -146,11 +146,13 @@ def plan_for_model(
     policy: Mapping[str, Any] | None = None,
     extra_args: Iterable[Any] | None = None,
     served_model_path: Any = None,
+    draft_model: Any = None,
 ) -> dict[str, Any]:
     """Plan one host (CONTRACT 2) for a model given as its config dict or as a path (directory or config.json).
 
     With a path, the safetensors index gives the weight bytes and the directory is the served model unless
-    ``served_model_path`` (the path on the host) is given. The options are the ``vllm_plan`` filter's.
+    ``served_model_path`` (the path on the host) is given. ``draft_model``: the speculative_config's draft (EAGLE
+    head or draft model) as its config dict or model directory. The options are the ``vllm_plan`` filter's.
 
     :raises PlanError: ``facts`` is not a dict, or the planner refuses (one line that says what to change).
     :raises ModelFilesError: the model path is missing or unreadable.
@@ -172,4 +174,13 @@ def plan_for_model(
         weights_total_bytes=weights_total,
         model_path=str(served_model_path) if served_model_path else model_dir,
         extra_args=[str(a) for a in (extra_args or [])],
+        draft_model_config=_draft_config(draft_model),
     )
+
+
+def _draft_config(draft_model: Any) -> dict[str, Any] | None:
+    """The draft's config dict: given as one, or read from its directory / config.json like the target's."""
+    if draft_model is None or isinstance(draft_model, dict):
+        return draft_model
+    config, _total, _dir = load_model(str(draft_model))
+    return config

@@ -9,7 +9,7 @@ from .decision import Decision
 from .errors import PlanError
 from .hardware import COMPRESSED_TENSORS_MIN_CC, QUANT_MIN_CC, QUANT_PLUGINS, cc_int, fp8_kv_backends
 from .inputs import Gpu
-from .model import FP16_UNSAFE_MODEL_TYPES, ModelSpec, weights_bytes_per_gpu
+from .model import FP16_UNSAFE_MODEL_TYPES, ModelSpec, mtp_bytes_per_gpu, weights_bytes_per_gpu
 from .quant_formats import KNOWN_METHODS, Quantization
 from .rules import KNOWN_DTYPES, KV_DTYPES, VersionRules
 
@@ -156,6 +156,8 @@ def reconcile_weights(spec: ModelSpec, prec: Precision, total_size: int | None, 
     """Say which weight size the plan uses: the safetensors index's ``total_size`` when given, else the estimate
     from the config and its quantization; with both, by how much they differ (over 3 %: a warning)."""
     estimate = sum(weights_bytes_per_gpu(spec, 1, 1, prec.dense_bytes, prec.quant))
+    if total_size:  # the checkpoint's files hold its MTP layers too (loaded only under speculative decoding)
+        estimate += mtp_bytes_per_gpu(spec, 1, 1, prec.dense_bytes, prec.quant)
     how = prec.quant.why if prec.quant.method != "none" else f"{prec.dense_bytes} bytes per parameter"
     if not total_size:
         d.note("weights", f"{estimate / GIB:.2f} GiB estimated from config.json ({how}); give the model directory "

@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from .context import PlanInputs
 from .decision import Decision
+from .errors import PlanError
 from .inputs import Gpu
 from .rules import SchedulerDefaults, scheduler_defaults
 
@@ -59,8 +60,18 @@ def _tier_note(defaults: SchedulerDefaults) -> str:
 def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: Gpu | None, seqs: int,
                             max_model_len: int) -> tuple[int, str]:
     """The user's value, else a step size for the profile's goal (vLLM's default on CPU)."""
+    sd = ctx.speculative
     if "max-num-batched-tokens" in ctx.user:
-        return int(ctx.user["max-num-batched-tokens"]), "set by you"
+        tokens = int(ctx.user["max-num-batched-tokens"])
+        if sd is not None and tokens < seqs * sd.query_len and ctx.lora is not None:
+            raise PlanError(f"--max-num-batched-tokens {tokens} is below max_num_seqs {seqs} x (1 + {sd.num_tokens} "
+                            f"draft tokens) = {seqs * sd.query_len}, which vLLM refuses with LoRA ('Consider "
+                            "increasing max_num_batched_tokens or decreasing num_speculative_tokens'): raise it to "
+                            f"{seqs * sd.query_len} or leave it to the planner")
+        if sd is not None and tokens < seqs * sd.query_len:
+            return tokens, (f"set by you; below max_num_seqs {seqs} x (1 + {sd.num_tokens} draft tokens) = "
+                            f"{seqs * sd.query_len}: a decode step of every sequence does not fit one batch")
+        return tokens, "set by you"
     prof = ctx.profile
     if prof.goal == "latency":
         tokens = max(2048, min(8192, defaults.max_num_batched_tokens))
@@ -76,7 +87,12 @@ def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: G
     if gpu is None:
         tokens = defaults.max_num_batched_tokens
         reason = f"vLLM's CPU default ({tokens} = 2048 x world size)"
-    return min(tokens, seqs * max_model_len), reason
+    tokens = min(tokens, seqs * max_model_len)
+    if sd is not None and tokens < seqs * sd.query_len:
+        tokens = seqs * sd.query_len
+        reason += (f"; raised to max_num_seqs {seqs} x (1 + {sd.num_tokens} draft tokens) = {tokens} so one decode "
+                   "step of every sequence fits a batch (vLLM's uniform_decode_query_len)")
+    return tokens, reason
 
 
 def schedule(ctx: PlanInputs, gpu: Gpu | None, kv_tokens_estimate: int, max_model_len: int,

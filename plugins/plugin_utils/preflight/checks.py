@@ -110,6 +110,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_extra_args": "list",
     "vllm_fleet_policy": "dict",
     "vllm_fleet_served_model_path": "str",
+    "vllm_fleet_draft_model": "str",  # or a dict: the draft's config.json (speculative decoding)
     "vllm_fleet_env": "dict",
     "vllm_fleet_port_variables": "list",
     "vllm_fleet_api_key": "secret",

@@ -17,7 +17,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_fil
 )
 
 #: The keyword options of the vllm_plan filter (what :func:`plan_options` builds and :func:`try_plan` accepts).
-PLAN_OPTIONS = ("profile", "vllm_version", "engine_args", "policy", "extra_args", "served_model_path")
+PLAN_OPTIONS = ("profile", "vllm_version", "engine_args", "policy", "extra_args", "served_model_path", "draft_model")
 
 
 def plan_options(variables: Mapping[str, Any], records: Mapping[str, Any] | None = None,

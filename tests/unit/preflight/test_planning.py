@@ -16,7 +16,7 @@ def test_plan_options_are_the_set_variables() -> None:
     variables = {"vllm_fleet_profile": "batch", "vllm_fleet_policy": None, "vllm_fleet_model": "/m", "other": 1}
     assert fp.plan_options(variables) == {"profile": "batch"}
     assert set(fp.PLAN_OPTIONS) == {"profile", "vllm_version", "engine_args", "policy", "extra_args",
-                                    "served_model_path"}
+                                    "served_model_path", "draft_model"}
 
 
 def test_plan_options_size_a_multinode_group() -> None:
