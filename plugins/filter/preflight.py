@@ -37,7 +37,6 @@ def serve_role_inputs() -> tuple[str, ...]:
                                  "(the collection is incomplete: reinstall it)") from exc
 
 
-
 def fleet_sku_groups(group_names: Sequence[str]) -> list[str]:
     return fc.sku_groups([str(g) for g in group_names])
 

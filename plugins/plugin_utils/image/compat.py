@@ -25,7 +25,6 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.releases 
     CC_CU121,
     CC_CU129,
     CC_CU130,
-    RAY_VERSION,  # noqa: F401  (compat.RAY_VERSION: the Ray pin of the image rows, re-exported)
     RELEASES,
     ImageRow,
     parse_version,

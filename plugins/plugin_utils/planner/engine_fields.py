@@ -124,7 +124,6 @@ _ALIASES_0_32: dict[str, str] = {
 }
 
 
-
 #: vLLM 0.32.0 on/off options that take both ``--NAME`` and ``--no-NAME`` (``argparse.BooleanOptionalAction``: every
 #: ``bool`` field, vllm/engine/arg_utils.py:378-380, and the explicit ones such as ``--enable-log-requests``), read
 #: from the real parser with ``scripts/vllm_serve_parse.py options``. A pinned ``false`` is written ``--no-NAME``

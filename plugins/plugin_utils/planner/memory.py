@@ -159,8 +159,8 @@ def _checkpoint_scale(spec: ModelSpec, dense_bytes: int, quant: Quantization,
 def checkpoint_estimate(spec: ModelSpec, dense_bytes: int, quant: Quantization) -> int:
     """The bytes the checkpoint's files hold by the config: every layer, embeddings, and the MTP layers it ships
     (they are in ``total_size`` whether or not speculative decoding loads them)."""
-    return sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant)) + mtp_bytes_per_gpu(spec, 1, 1, dense_bytes,
-                                                                                           quant)
+    layers = sum(weights_bytes_per_gpu(spec, 1, 1, dense_bytes, quant))
+    return layers + mtp_bytes_per_gpu(spec, 1, 1, dense_bytes, quant)
 
 
 def eplb_bytes_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization,

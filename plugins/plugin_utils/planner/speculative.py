@@ -306,4 +306,3 @@ def describe(sd: SpecDecode, spec: ModelSpec, weights: int, kv_same: int, kv_ext
             f"{sd.tp_for(tp)}); {sd.kv_layers} draft attention layer(s) share the KV pool ({share} KV bytes per "
             f"token); {sd.num_tokens} draft tokens: a decode step is {sd.query_len} tokens per sequence and "
             f"{sd.lookahead} KV slots are reserved past each request")
-

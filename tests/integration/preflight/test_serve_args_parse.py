@@ -99,7 +99,7 @@ def expected_extra(extra: list[str], negatable: frozenset[str]) -> dict[str, Any
     i = 0
     while i < len(extra):
         flag = extra[i].lstrip("-")
-        key, _, inline = flag.partition("=")
+        key, _sep, inline = flag.partition("=")
         dest = key.replace("-", "_")
         if inline:
             out[dest] = inline
@@ -176,8 +176,8 @@ def example_records(tmp_path_factory: pytest.TempPathFactory, playbook: Callable
     inventory = tmp_path_factory.mktemp("pinned") / "example"
     shutil.copytree(EXAMPLE, inventory)
     pins: dict[str, dict[str, Any]] = {
-        "gpu_h200": {"engine_args": {"enable_prefix_caching": False, "compilation_config": {"cudagraph_mode":
-                                                                                           "PIECEWISE"}},
+        "gpu_h200": {"engine_args": {"enable_prefix_caching": False,
+                                     "compilation_config": {"cudagraph_mode": "PIECEWISE"}},
                      "extra_args": TOOLS},
         "gpu_h100": {"engine_args": {"async_scheduling": False}, "extra_args": ["--max-logprobs", "5"]},
         "gpu_l40s": {"engine_args": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3,

@@ -17,6 +17,7 @@ import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import compat
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.build import ImageBuildError, build_plan
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat import COMPAT_TABLE, select_image
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import releases
 
 from ._image_render import ROLE, plan_for, render
 from .test_dockerfile_render import _hadolint
@@ -72,7 +73,7 @@ def _options(mode: str) -> dict[str, Any]:
 
 def test_ray_pin_per_vllm_version() -> None:
     pins = {(p.vllm_version, p.key): p.ray_requirements for p in COMPAT_TABLE}
-    assert compat.RAY_VERSION == "2.56.0"
+    assert releases.RAY_VERSION == "2.56.0"
     assert pins == {
         ("0.33.0", "cu130"): ("ray==2.56.0",),             # 0.33: no compiled-graph executor, no cupy
         ("0.32.0", "cu130"): ("ray[cgraph]==2.56.0",),     # 0.32's Ray executor runs Ray Compiled Graph
@@ -93,7 +94,7 @@ def test_ray_pin_is_the_one_vllm_names_as_tested(version: str) -> None:
     if not path.is_file():
         pytest.skip(f"no unpacked vLLM {version} source under .cache/vllm-src")
     found = re.search(r'^RDT_MIN_RAY_VERSION = "([0-9.]+)"', path.read_text(), flags=re.M)
-    assert found and found.group(1) == compat.RAY_VERSION
+    assert found and found.group(1) == releases.RAY_VERSION
 
 
 # ---- Ray off: byte for byte the image without Ray ---------------------------------------------------------------

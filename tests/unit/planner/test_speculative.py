@@ -104,8 +104,8 @@ def test_checkpoint_total_size_counts_the_mtp_layer() -> None:
 def test_eagle3_head_weights_kv_and_scheduler() -> None:
     target, head = model("llama-3.1-8b"), checkpoint("eagle3-llama3.1-8b")
     base = run(H100, target)
-    eagle = run(H100, target, speculative_config={"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                                                   "num_speculative_tokens": 3}, draft=head)
+    eagle3 = {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}
+    eagle = run(H100, target, speculative_config=eagle3, draft=head)
     added = eagle["memory_gib"]["weights"] - base["memory_gib"]["weights"]
     # One decoder layer (QKV from 2 x hidden), fc from 3 x hidden, an lm_head over the 31,960-token draft vocabulary;
     # the embedding is the target's (same width): between 0.5 and 1.5 GiB in bf16.

@@ -81,8 +81,8 @@ def test_a_bad_port_setting_is_reported_once_by_the_fleet_step() -> None:
     host = {"vars": {**BASE, "vllm_fleet_model": MODEL, "vllm_fleet_recorded_facts_dir": "/facts",
                      "vllm_serve_port": "80x0"},
             "groups": ["vllm_servers", "gpu_h200"], "address": "a.example.invalid", "model_dir": MODEL,
-            "model_exists": True, "facts": copy.deepcopy(json.loads((EXAMPLE / "recorded_facts/h200-01.json")
-                                                                     .read_text())),
+            "model_exists": True,
+            "facts": copy.deepcopy(json.loads((EXAMPLE / "recorded_facts/h200-01.json").read_text())),
             "facts_error": None, "feedback": None}
     result = fleet_preflight({"a": host}, recorded=True, planning=True, role_inputs=serve_role_inputs())
     assert result["stage"] == "inputs"

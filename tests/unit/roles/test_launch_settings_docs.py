@@ -75,7 +75,7 @@ def test_the_readme_table_is_the_records() -> None:
 def test_the_defaults_file_lists_every_setting_with_its_default() -> None:
     text = (ROLE / "defaults" / "main.yml").read_text()
     listed = re.findall(r"^#\s*(vllm_serve_\w+):\s*(.*)$", _block(text, "defaults/main.yml"), re.MULTILINE)
-    assert [name for name, _ in listed] == [s.variable for s in _documented()]
+    assert [name for name, _value in listed] == [s.variable for s in _documented()]
     for (name, value), setting in zip(listed, _documented(), strict=True):
         assert yaml.safe_load(value) == setting.default, f"defaults/main.yml: {name}: {value} != {setting.default!r}"
     real = yaml.safe_load(text) or {}

@@ -47,7 +47,6 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2]
 
 
-
 @dataclass(frozen=True)
 class Source:
     """Where one fact sits in a vLLM release: ``path`` (relative to ``site-packages``) and the 1-based
@@ -131,8 +130,6 @@ class Added:
     @property
     def key(self) -> str:
         return self.name.replace("_", "-")
-
-
 
 
 @dataclass(frozen=True)
