@@ -3,7 +3,7 @@
 """The launch record: preflight's one answer per host, which every later stage reads.
 
 Preflight is the one place that plans. :func:`host_input` turns one host's variables (already checked by
-``checks.check_host_inputs``) and its GPU facts into the inputs of the fleet step, without any secret value;
+``inputs.check_host_inputs``) and its GPU facts into the inputs of the fleet step, without any secret value;
 :func:`fleet_launch` plans every host in one call (memoised on identical facts, model and options), lays out
 its replicas and its multi-node group, runs the fleet checks and returns ``{"records", "errors"}``.
 ``records[host]`` is what ``artifacts/fleet-plan/plans.json`` holds for the host:
@@ -36,14 +36,31 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.network im
     check_group_reachability,
     node_network,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks, report
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import (
+    ImageChecker,
+    check_host_image,
+    check_image_ray,
+    check_image_version,
+    image_compat_check,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.machines import (
+    check_machines,
+    check_ports,
+    gpu_uuids,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.multinode import (
+    check_data_parallel_groups,
+    check_multinode,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.planning import (
     plan_options,
     try_plan,
     with_group_size,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.secrets import SECRET_VALUE_VARIABLES
 
-__all__ = ["fleet_launch", "host_files", "host_input", "plans_json", "replan", "report_files", "unexpected",
+__all__ = ["check_fleet", "fleet_launch", "host_files", "host_input", "plans_json", "replan", "report_files", "unexpected",
            "with_feedback"]
 
 
@@ -93,7 +110,7 @@ def host_input(
     :param model_dir: the controller's model directory (realpath of vllm_fleet_model)
     :param network: the host's discovered network (``ansible_facts.network``), None when not known
     """
-    secret_vars = checks.SECRET_VALUE_VARIABLES  # variable -> kind (api_key, hf_token)
+    secret_vars = SECRET_VALUE_VARIABLES  # variable -> kind (api_key, hf_token)
     secrets = sorted({SECRET_ENV[kind] for name, kind in secret_vars.items()
                       if isinstance(variables.get(name), str) and variables[name].strip()})
     public = {k: v for k, v in variables.items() if k not in secret_vars}
@@ -134,7 +151,7 @@ def _machine_view(records: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, 
     view = {}
     for host, rec in records.items():
         replicas = (rec.get("launch") or {}).get("replicas") or []
-        uuids = checks.gpu_uuids(rec.get("facts") or {})
+        uuids = gpu_uuids(rec.get("facts") or {})
         address = (hosts[host].get("settings") or {}).get("advertise_address") or hosts[host].get("address") or host
         view[host] = {"address": address, "gpu_uuids": uuids,
                       "ports": [r["port"] for r in replicas], "containers": [r["container"] for r in replicas],
@@ -153,6 +170,22 @@ def _head_ports(launch: Mapping[str, Any], settings: Mapping[str, Any]) -> list[
         return [int(data_parallel["rpc_port"])]
     key = "ray_port" if (launch.get("image") or {}).get("ray") else "master_port"
     return [int(settings[key])] if settings.get(key) else []
+
+
+def check_fleet(records: Mapping[str, Mapping[str, Any]], image_checker: ImageChecker | None = None) -> list[str]:
+    """All fleet-level checks after planning.
+
+    ``records`` maps host → {facts, plan, multinode_group, ports, image_cuda}. ``image_checker(facts, plan)``
+    returns a refusal message when no image can run on the host (``image_compat.check_host``); it is used
+    when the record does not pin ``image_cuda`` (``images.check_host_image``).
+    """
+    errors: list[str] = []
+    for host in sorted(records):
+        rec = records[host]
+        errors += check_ports(host, rec.get("ports") or {})
+        errors += check_host_image(host, rec, image_checker)
+    errors += check_multinode(records)
+    return errors
 
 
 def fleet_launch(
@@ -175,7 +208,7 @@ def fleet_launch(
     groups = _groups(hosts)
     memo: dict[str, dict[str, Any]] = {}
     plans: dict[str, dict[str, Any]] = {}
-    mismatched = checks.check_data_parallel_groups(
+    mismatched = check_data_parallel_groups(
         {host: {"multinode_group": item.get("multinode_group"),
                 "engine_args": (item.get("options") or {}).get("engine_args")} for host, item in hosts.items()})
     errors += mismatched
@@ -242,8 +275,8 @@ def fleet_launch(
         except Exception as exc:
             errors.append(unexpected(host, "laying out its replicas", exc))
             continue
-        ray_errors, ray_warnings = checks.check_image_ray(host, launch, item.get("image_ray"))
-        ray_errors += checks.check_image_version(host, plan, item.get("image_vllm_version"),
+        ray_errors, ray_warnings = check_image_ray(host, launch, item.get("image_ray"))
+        ray_errors += check_image_version(host, plan, item.get("image_vllm_version"),
                                                  item.get("requested_vllm_version"))
         if ray_errors:
             errors += ray_errors
@@ -268,8 +301,8 @@ def fleet_launch(
     if errors:
         return {"records": records, "errors": errors, "warnings": warnings}
     try:
-        errors += checks.check_fleet(records, checks.image_compat_check if check_image else None)
-        errors += checks.check_machines(_machine_view(records, hosts), dict(lbs or {}))
+        errors += check_fleet(records, image_compat_check if check_image else None)
+        errors += check_machines(_machine_view(records, hosts), dict(lbs or {}))
     except Exception as exc:
         errors.append(unexpected("fleet", "checking the fleet as a whole", exc))
     return {"records": records, "errors": errors, "warnings": warnings}
