@@ -14,10 +14,11 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import fleet as ff
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record as fl
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import sku_groups
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.machines import port_variables
 
 # ---- checks ---------------------------------------------------------------------------------------
 
@@ -38,7 +39,7 @@ def serve_role_inputs() -> tuple[str, ...]:
 
 
 def fleet_sku_groups(group_names: Sequence[str]) -> list[str]:
-    return fc.sku_groups([str(g) for g in group_names])
+    return sku_groups([str(g) for g in group_names])
 
 
 # ---- the launch record ----------------------------------------------------------------------------
@@ -100,7 +101,7 @@ def _host_state(name: str, hv: Any, recorded_dir: str | None, artifacts_dir: str
     names = [n for n in hv if _HOST_VAR.match(str(n))]
     variables = {str(n): hv[n] for n in names}
     try:
-        port_names = fc.port_variables(variables.get("vllm_fleet_port_variables"))
+        port_names = port_variables(variables.get("vllm_fleet_port_variables"))
     except ValueError:
         port_names = []
     for port_name in port_names:

@@ -663,6 +663,169 @@ def _probe_host(bind_address: str) -> str:
     return "127.0.0.1" if bind_address in ("0.0.0.0", "::", "") else bind_address
 
 
+@dataclass(frozen=True)
+class _Node:
+    """Where this host sits in its multi-node group, and the replicas it runs (:func:`_node_layout`)."""
+
+    nodes: list[str]
+    rank: int
+    addresses: list[str]
+    multinode: bool
+    #: data parallelism across the group's nodes (one container per node with its local ranks)
+    dp_nodes: bool
+    data_parallel: Any
+    layout: list[dict[str, Any]]
+
+
+def _node_layout(plan: dict[str, Any], *, host: str, settings: dict[str, Any], nodes: list[str] | None,
+                 node_addresses: list[str] | None, gpu_indexes: list[int] | None) -> _Node:
+    """Node layout: this host's rank among its group's nodes, their addresses, and its replicas' share of the GPUs."""
+    nodes = list(nodes or [host])
+    if host not in nodes:
+        raise LaunchError(f"{host} is not one of its multi-node group's nodes {nodes}")
+    rank = nodes.index(host)
+    addresses = list(node_addresses or [settings["advertise_address"]])
+    if len(addresses) != len(nodes):
+        raise LaunchError(f"{len(nodes)} nodes but {len(addresses)} node addresses")
+    multinode = len(nodes) > 1
+    port = settings["port"]
+    node_plan = plan
+    data_parallel = (plan.get("parallel") or {}).get("data_parallel_size", 1)
+    # Data parallelism across the group's nodes: parallel.gpus_per_replica is already one node's (its local ranks x
+    # TP), one container per node (data_parallel_commands); for TP x PP across nodes it counts every node's GPUs.
+    dp_nodes = multinode and data_parallel != 1
+    if dp_nodes and str(settings["multinode_backend"]) != "mp":
+        raise LaunchError(f"data_parallel_size {data_parallel} across a multi-node group runs with vLLM's own mp "
+                          f"launcher, not {settings['multinode_backend']!r}: set vllm_serve_multinode_backend: mp")
+    if multinode and not dp_nodes:  # each node's container gets its share of the group's GPUs
+        parallel = dict(plan.get("parallel") or {})
+        total = parallel.get("gpus_per_replica", 0)
+        if not isinstance(total, int) or total % len(nodes):
+            raise LaunchError(f"{total!r} GPUs per replica do not split evenly over {len(nodes)} nodes")
+        parallel["gpus_per_replica"] = total // len(nodes)
+        node_plan = {**plan, "parallel": parallel}
+    layout = replica_layout(
+        node_plan,
+        name=str(settings["container_name"]),
+        base_port=port,
+        server_prefix=host,
+        address=str(settings["advertise_address"]),
+        gpu_indexes=gpu_indexes,
+    )
+    if multinode and len(layout) != 1:
+        raise LaunchError(f"a multi-node plan runs one replica per node group, the plan has {len(layout)}")
+    return _Node(nodes=nodes, rank=rank, addresses=addresses, multinode=multinode, dp_nodes=dp_nodes,
+                 data_parallel=data_parallel, layout=layout)
+
+
+def _environment(plan: dict[str, Any], net: dict[str, Any], env: dict[str, Any] | None,
+                 secret_names: list[str] | None) -> tuple[dict[str, str], list[str]]:
+    """Environment: the plan's, the network's and the user's variables (later wins), and the secret names, checked."""
+    base_env = {str(k): str(v) for k, v in {**(plan.get("env") or {}), **(net.get("env") or {}),
+                                            **(env or {})}.items()}
+    secrets = sorted(set(secret_names or []))
+    unknown = sorted(set(secrets) - set(SECRET_ENV.values()))
+    if unknown:
+        raise LaunchError(f"unknown secret environment variables {unknown}: known {sorted(SECRET_ENV.values())}")
+    clash = sorted(set(secrets) & set(base_env))
+    if clash:
+        raise LaunchError(f"{', '.join(clash)} must not be set in the environment: it is a secret")
+    return base_env, secrets
+
+
+def _replica_env(base_env: dict[str, str], settings: dict[str, Any], entry: dict[str, Any], node: _Node,
+                 network: dict[str, Any] | None) -> dict[str, str]:
+    """Per-replica environment: the base one, the health probe's address and port, and the node's announced IP."""
+    replica_env = dict(base_env)
+    replica_env.update({"FLEET_HEALTH_HOST": _probe_host(str(settings["bind_address"])),
+                        "FLEET_HEALTH_PORT": str(entry["port"])})
+    if node.multinode and network is None:
+        # vLLM's processes announce this address to the other nodes (default: the host's first address).
+        replica_env.setdefault("VLLM_HOST_IP", node.addresses[node.rank])
+    return replica_env
+
+
+def _replica_command(plan: dict[str, Any], settings: dict[str, Any], node: _Node, *, extra: list[str],
+                     rpc_port: Any, data_parallel_address: str | None) -> tuple[list[str], dict[str, Any] | None]:
+    """Per-replica command: ``(argv, data-parallel command or None)`` for a single node, TP x PP or DP across nodes."""
+    dp_command: dict[str, Any] | None = None
+    if node.dp_nodes:
+        dp_command = data_parallel_commands(
+            plan,
+            nodes=[data_parallel_address or node.addresses[0], *node.addresses[1:]],
+            server_argv=list(settings["server_argv"]),
+            config_path=str(settings["config_mount"]),
+            rpc_port=rpc_port,
+            extra_args=extra,
+        )[node.rank]
+        argv = dp_command["argv"]
+    elif node.multinode:
+        argv = multinode_commands(
+            plan,
+            backend=str(settings["multinode_backend"]),
+            nodes=node.addresses,
+            server_argv=list(settings["server_argv"]),
+            config_path=str(settings["config_mount"]),
+            master_port=int(settings["master_port"]),
+            ray_port=int(settings["ray_port"]),
+            extra_args=extra,
+        )[node.rank]["argv"]
+    else:
+        # The user's extra args after --config: vLLM reads the file's options first and a later flag wins
+        # (vllm/utils/argparse_utils.py:528-531, 557-563 in 0.32.0: "cli > config > defaults").
+        argv = [*settings["server_argv"], "--config", str(settings["config_mount"]), *extra]
+    return argv, dp_command
+
+
+def _replica_entry(plan: dict[str, Any], entry: dict[str, Any], node: _Node, settings: dict[str, Any], *,
+                   base_env: dict[str, str], secrets: list[str], extra: list[str], network: dict[str, Any] | None,
+                   head_port: int | None, data_parallel_address: str | None) -> dict[str, Any]:
+    """Replica entry: one replica's record (container, port, GPUs, engine config, environment, command, settings)."""
+    serves_api = node.rank == 0
+    net = network or {}
+    rpc_port = settings.get("dp_rpc_port", DEFAULT_DP_RPC_PORT)
+    config = engine_config(
+        plan,
+        model_path=str(settings["model_mount"]),
+        served_model_name=str(settings["served_model_name"]),
+        host=str(settings["bind_address"]),
+        port=entry["port"],
+    )
+    replica_env = _replica_env(base_env, settings, entry, node, network)
+    argv, dp_command = _replica_command(plan, settings, node, extra=extra, rpc_port=rpc_port,
+                                        data_parallel_address=data_parallel_address)
+    addresses, multinode = node.addresses, node.multinode
+    replica: dict[str, Any] = {
+        "index": entry["index"],
+        "container": entry["container"],
+        "port": entry["port"],
+        "server": entry["server"],
+        "address": entry["address"],
+        "device_ids": entry["device_ids"],
+        "backend": entry["backend"] if serves_api else None,
+        "engine_args": config,
+        "env": dict(sorted(replica_env.items())),
+        "env_names": sorted({*replica_env, *secrets}),
+        "argv": argv,
+        "serves_api": serves_api,
+        "node_rank": node.rank,
+        "nodes": node.nodes,
+        "master_address": addresses[0] if multinode else None,
+        # The group serves when rank 0 does: every node's gate waits for this (rank 0 probes its own).
+        "group_health_url": (f"http://{addresses[0]}:{head_port or entry['port']}/health"
+                             if multinode else None),
+        # RDMA (GPUDirect over InfiniBand/RoCE) for a multi-node replica: from network.node_network.
+        "devices": list(net.get("devices") or []),
+        "cap_add": list(net.get("cap_add") or []),
+        **_container_settings(settings, entry, serves_api, list(net.get("ulimits") or [])),
+    }
+    if dp_command is not None:  # only in this mode: every other record keeps its keys
+        replica["data_parallel"] = {"size": node.data_parallel, "size_local": dp_command["size_local"],
+                                    "start_rank": dp_command["start_rank"],
+                                    "address": data_parallel_address or addresses[0], "rpc_port": rpc_port}
+    return replica
+
+
 def launch_record(
     plan: dict[str, Any],
     *,
@@ -698,141 +861,36 @@ def launch_record(
     node's local ranks (``parallel.gpus_per_replica`` = local ranks x TP GPUs of THIS node) and the commands of
     :func:`data_parallel_commands`; the replica then carries ``data_parallel`` (size, size_local, start_rank, address,
     rpc_port). Any other multi-node plan is one TP x PP instance over the nodes (:func:`multinode_commands`).
+
+    The steps: :func:`_node_layout` (rank, addresses, replicas), :func:`_environment` (variables and secret names),
+    then per replica :func:`_replica_entry` (its :func:`_replica_env` and :func:`_replica_command`).
     :raises LaunchError: the plan cannot be laid out with these settings
     """
-    nodes = list(nodes or [host])
-    if host not in nodes:
-        raise LaunchError(f"{host} is not one of its multi-node group's nodes {nodes}")
-    rank = nodes.index(host)
-    addresses = list(node_addresses or [settings["advertise_address"]])
-    if len(addresses) != len(nodes):
-        raise LaunchError(f"{len(nodes)} nodes but {len(addresses)} node addresses")
-    multinode = len(nodes) > 1
-    serves_api = rank == 0
-    port = settings["port"]
-    node_plan = plan
-    data_parallel = (plan.get("parallel") or {}).get("data_parallel_size", 1)
-    # Data parallelism across the group's nodes: parallel.gpus_per_replica is already one node's (its local ranks x
-    # TP), one container per node (data_parallel_commands); for TP x PP across nodes it counts every node's GPUs.
-    dp_nodes = multinode and data_parallel != 1
-    if dp_nodes and str(settings["multinode_backend"]) != "mp":
-        raise LaunchError(f"data_parallel_size {data_parallel} across a multi-node group runs with vLLM's own mp "
-                          f"launcher, not {settings['multinode_backend']!r}: set vllm_serve_multinode_backend: mp")
-    rpc_port = settings.get("dp_rpc_port", DEFAULT_DP_RPC_PORT)
-    if multinode and not dp_nodes:  # each node's container gets its share of the group's GPUs
-        parallel = dict(plan.get("parallel") or {})
-        total = parallel.get("gpus_per_replica", 0)
-        if not isinstance(total, int) or total % len(nodes):
-            raise LaunchError(f"{total!r} GPUs per replica do not split evenly over {len(nodes)} nodes")
-        parallel["gpus_per_replica"] = total // len(nodes)
-        node_plan = {**plan, "parallel": parallel}
-    layout = replica_layout(
-        node_plan,
-        name=str(settings["container_name"]),
-        base_port=port,
-        server_prefix=host,
-        address=str(settings["advertise_address"]),
-        gpu_indexes=gpu_indexes,
-    )
-    if multinode and len(layout) != 1:
-        raise LaunchError(f"a multi-node plan runs one replica per node group, the plan has {len(layout)}")
+    node = _node_layout(plan, host=host, settings=settings, nodes=nodes, node_addresses=node_addresses,
+                        gpu_indexes=gpu_indexes)
     stop_timeout = _stop_timeout(plan, settings.get("stop_timeout"))
     extra = _extra_args(plan.get("extra_args"))
     net = network or {}
-    base_env = {str(k): str(v) for k, v in {**(plan.get("env") or {}), **(net.get("env") or {}),
-                                            **(env or {})}.items()}
-    secrets = sorted(set(secret_names or []))
-    unknown = sorted(set(secrets) - set(SECRET_ENV.values()))
-    if unknown:
-        raise LaunchError(f"unknown secret environment variables {unknown}: known {sorted(SECRET_ENV.values())}")
-    clash = sorted(set(secrets) & set(base_env))
-    if clash:
-        raise LaunchError(f"{', '.join(clash)} must not be set in the environment: it is a secret")
-    replicas = []
-    for entry in layout:
-        config = engine_config(
-            plan,
-            model_path=str(settings["model_mount"]),
-            served_model_name=str(settings["served_model_name"]),
-            host=str(settings["bind_address"]),
-            port=entry["port"],
-        )
-        replica_env = dict(base_env)
-        replica_env.update({"FLEET_HEALTH_HOST": _probe_host(str(settings["bind_address"])),
-                            "FLEET_HEALTH_PORT": str(entry["port"])})
-        if multinode and network is None:
-            # vLLM's processes announce this address to the other nodes (default: the host's first address).
-            replica_env.setdefault("VLLM_HOST_IP", addresses[rank])
-        dp_command: dict[str, Any] | None = None
-        if dp_nodes:
-            dp_command = data_parallel_commands(
-                plan,
-                nodes=[data_parallel_address or addresses[0], *addresses[1:]],
-                server_argv=list(settings["server_argv"]),
-                config_path=str(settings["config_mount"]),
-                rpc_port=rpc_port,
-                extra_args=extra,
-            )[rank]
-            argv = dp_command["argv"]
-        elif multinode:
-            argv = multinode_commands(
-                plan,
-                backend=str(settings["multinode_backend"]),
-                nodes=addresses,
-                server_argv=list(settings["server_argv"]),
-                config_path=str(settings["config_mount"]),
-                master_port=int(settings["master_port"]),
-                ray_port=int(settings["ray_port"]),
-                extra_args=extra,
-            )[rank]["argv"]
-        else:
-            # The user's extra args after --config: vLLM reads the file's options first and a later flag wins
-            # (vllm/utils/argparse_utils.py:528-531, 557-563 in 0.32.0: "cli > config > defaults").
-            argv = [*settings["server_argv"], "--config", str(settings["config_mount"]), *extra]
-        replica: dict[str, Any] = {
-            "index": entry["index"],
-            "container": entry["container"],
-            "port": entry["port"],
-            "server": entry["server"],
-            "address": entry["address"],
-            "device_ids": entry["device_ids"],
-            "backend": entry["backend"] if serves_api else None,
-            "engine_args": config,
-            "env": dict(sorted(replica_env.items())),
-            "env_names": sorted({*replica_env, *secrets}),
-            "argv": argv,
-            "serves_api": serves_api,
-            "node_rank": rank,
-            "nodes": nodes,
-            "master_address": addresses[0] if multinode else None,
-            # The group serves when rank 0 does: every node's gate waits for this (rank 0 probes its own).
-            "group_health_url": (f"http://{addresses[0]}:{head_port or entry['port']}/health"
-                                 if multinode else None),
-            # RDMA (GPUDirect over InfiniBand/RoCE) for a multi-node replica: from network.node_network.
-            "devices": list(net.get("devices") or []),
-            "cap_add": list(net.get("cap_add") or []),
-            **_container_settings(settings, entry, serves_api, list(net.get("ulimits") or [])),
-        }
-        if dp_command is not None:  # only in this mode: every other record keeps its keys
-            replica["data_parallel"] = {"size": data_parallel, "size_local": dp_command["size_local"],
-                                        "start_rank": dp_command["start_rank"],
-                                        "address": data_parallel_address or addresses[0], "rpc_port": rpc_port}
-        replicas.append(replica)
+    base_env, secrets = _environment(plan, net, env, secret_names)
+    replicas = [_replica_entry(plan, entry, node, settings, base_env=base_env, secrets=secrets, extra=extra,
+                               network=network, head_port=head_port, data_parallel_address=data_parallel_address)
+                for entry in node.layout]
+    multinode = node.multinode
     return {
         # ray: this node runs `ray start` (a TP x PP group with the Ray launcher), so its image needs Ray: the image
         # stage's vllm_image_ray follows it.
         "image": {"device": plan.get("device"), "vllm_version": plan.get("vllm_version"),
                   "ref": settings.get("image") or None,
-                  "ray": multinode and not dp_nodes and str(settings["multinode_backend"]) == "ray"},
+                  "ray": multinode and not node.dp_nodes and str(settings["multinode_backend"]) == "ray"},
         "model_dir": str(settings["model_dir"]),
         "model_mount": str(settings["model_mount"]),
         "served_model_name": str(settings["served_model_name"]),
         "config_mount": str(settings["config_mount"]),
         "config_dir": str(settings["config_dir"]),
-        "node_rank": rank,
-        "nodes": nodes,
-        "master_address": addresses[0] if multinode else None,
-        "serves_api": serves_api,
+        "node_rank": node.rank,
+        "nodes": node.nodes,
+        "master_address": node.addresses[0] if multinode else None,
+        "serves_api": node.rank == 0,
         "stop_timeout_s": stop_timeout,
         "network_reasons": dict(net.get("reasons") or {}),
         "secret_env_names": secrets,

@@ -7,7 +7,7 @@ it goes in the replica's ``--config`` file or on each node's command line, its h
 ``vllm-fleet plan`` offers it as a flag. From it derive:
 
 - the planner's validation of pinned engine args (``engine_args.py``: the integer floors, the float range);
-- preflight's type and range checks and its messages (``preflight/checks.py``: ``check_engine_args``,
+- preflight's type and range checks and its messages (``preflight/engine_args.py``: ``check_engine_args``,
   ``check_extra_args``: which flags must be pinned as engine args instead, which are refused and why);
 - the launch record's file / command-line split (``deploy/launch.py`` ``engine_config``);
 - the CLI's engine-argument flags and their help (``vllm_fleet/cli.py``).

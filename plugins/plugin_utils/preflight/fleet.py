@@ -7,9 +7,10 @@ contact at all with recorded facts); everything else is this one controller step
 costs one task, not a dozen per host. The stages run in order and stop at the first that finds an error, as
 the per-host tasks did, with the same one-line messages naming the host:
 
-1. inputs — ``checks.check_host_inputs`` and ``check_ports`` per host, the model path, the recorded facts file;
-2. facts — the file's content (CONTRACT 1), ``check_facts_shape`` and ``check_sku_match``;
-3. multi-node groups from facts — ``check_multinode_facts``;
+1. inputs — ``inputs.check_host_inputs`` and ``machines.check_ports`` per host, the model path, the recorded facts
+   file;
+2. facts — the file's content (CONTRACT 1), ``machines.check_facts_shape`` and ``machines.check_sku_match``;
+3. multi-node groups from facts — ``multinode.check_multinode_facts``;
 4. the launch records — ``record.fleet_launch`` (plan memoised on identical inputs, layout, fleet checks).
 
 Pure: what comes from disk (model paths that exist, recorded facts, last deploy's feedback) is read by the
@@ -21,7 +22,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import (
+    check_host_inputs,
+    host_warnings,
+    sku_groups,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.machines import (
+    check_facts_shape,
+    check_ports,
+    check_sku_match,
+    port_map,
+    port_variables,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.multinode import (
+    check_multinode_facts,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
     fleet_launch,
     host_input,
@@ -38,16 +53,16 @@ HostState = Mapping[str, Any]
 
 
 def _sku(groups: list[str]) -> str:
-    skus = checks.sku_groups(groups)
+    skus = sku_groups(groups)
     return skus[0] if skus else ""
 
 
 def _ports(variables: Mapping[str, Any]) -> dict[str, Any]:
     try:
-        names = checks.port_variables(variables.get("vllm_fleet_port_variables"))
+        names = port_variables(variables.get("vllm_fleet_port_variables"))
     except ValueError:
         return {}  # check_host_inputs reports the bad list
-    return checks.port_map({name: variables.get(name) for name in names})
+    return port_map({name: variables.get(name) for name in names})
 
 
 def fleet_preflight(
@@ -65,7 +80,7 @@ def fleet_preflight(
     :param recorded: facts come from recorded files (``vllm_fleet_recorded_facts_dir``), not discovery
     :param planning: the run only plans (preflight.yml alone): a missing API key is a warning
     :param role_inputs: the vllm_serve role's documented inputs (its argument spec's options): accepted beside the
-        launch settings, any other ``vllm_serve_*`` name is refused (``checks.check_host_inputs``)
+        launch settings, any other ``vllm_serve_*`` name is refused (``inputs.check_host_inputs``)
     :returns: ``{"stage", "errors", "warnings", "records", "inputs"}``; ``stage`` is the stage that failed
         (``inputs``, ``facts``, ``multinode``, ``plan``) or ``ok``; ``inputs`` are the hosts'
         :func:`record.host_input` (what auto-tune re-plans from)
@@ -76,10 +91,10 @@ def fleet_preflight(
         variables = dict(state.get("vars") or {})
         groups = [str(g) for g in state.get("groups") or []]
         try:
-            found = checks.check_host_inputs(host, variables, groups, planning=planning, role_inputs=role_inputs)
+            found = check_host_inputs(host, variables, groups, planning=planning, role_inputs=role_inputs)
             # A port launch setting is checked by both, with the same line: reported once.
-            errors += found + [line for line in checks.check_ports(host, _ports(variables)) if line not in found]
-            warnings += checks.host_warnings(host, variables, planning=planning)
+            errors += found + [line for line in check_ports(host, _ports(variables)) if line not in found]
+            warnings += host_warnings(host, variables, planning=planning)
         except Exception as exc:
             errors.append(unexpected(host, "checking its variables", exc))
             continue
@@ -103,9 +118,9 @@ def fleet_preflight(
             errors.append(f"{host}: {state['facts_error']}")
             continue
         facts = state.get("facts")
-        found = checks.check_facts_shape(host, facts)
+        found = check_facts_shape(host, facts)
         if not found:
-            found = checks.check_sku_match(host, dict(facts or {}), _sku(list(state.get("groups") or [])),
+            found = check_sku_match(host, dict(facts or {}), _sku(list(state.get("groups") or [])),
                                            variables.get("vllm_fleet_sku_match"))
         errors += found
         records[host] = {"sku": _sku(list(state.get("groups") or [])), "facts": facts,
@@ -114,7 +129,7 @@ def fleet_preflight(
         result["stage"] = "facts"
         return result
 
-    errors += checks.check_multinode_facts(records)
+    errors += check_multinode_facts(records)
     if errors:
         result["stage"] = "multinode"
         return result

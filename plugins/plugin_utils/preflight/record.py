@@ -3,7 +3,7 @@
 """The launch record: preflight's one answer per host, which every later stage reads.
 
 Preflight is the one place that plans. :func:`host_input` turns one host's variables (already checked by
-``checks.check_host_inputs``) and its GPU facts into the inputs of the fleet step, without any secret value;
+``inputs.check_host_inputs``) and its GPU facts into the inputs of the fleet step, without any secret value;
 :func:`fleet_launch` plans every host in one call (memoised on identical facts, model and options), lays out
 its replicas and its multi-node group, runs the fleet checks and returns ``{"records", "errors"}``.
 ``records[host]`` is what ``artifacts/fleet-plan/plans.json`` holds for the host:
@@ -36,14 +36,31 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.network im
     check_group_reachability,
     node_network,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks, report
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import (
+    ImageChecker,
+    check_host_image,
+    check_image_ray,
+    check_image_version,
+    image_compat_check,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.machines import (
+    check_machines,
+    check_ports,
+    gpu_uuids,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.multinode import (
+    check_data_parallel_groups,
+    check_multinode,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.planning import (
     plan_options,
     try_plan,
     with_group_size,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.secrets import SECRET_VALUE_VARIABLES
 
-__all__ = ["fleet_launch", "host_files", "host_input", "plans_json", "replan", "report_files", "unexpected",
+__all__ = ["check_fleet", "fleet_launch", "host_files", "host_input", "plans_json", "replan", "report_files", "unexpected",
            "with_feedback"]
 
 
@@ -93,7 +110,7 @@ def host_input(
     :param model_dir: the controller's model directory (realpath of vllm_fleet_model)
     :param network: the host's discovered network (``ansible_facts.network``), None when not known
     """
-    secret_vars = checks.SECRET_VALUE_VARIABLES  # variable -> kind (api_key, hf_token)
+    secret_vars = SECRET_VALUE_VARIABLES  # variable -> kind (api_key, hf_token)
     secrets = sorted({SECRET_ENV[kind] for name, kind in secret_vars.items()
                       if isinstance(variables.get(name), str) and variables[name].strip()})
     public = {k: v for k, v in variables.items() if k not in secret_vars}
@@ -134,7 +151,7 @@ def _machine_view(records: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, 
     view = {}
     for host, rec in records.items():
         replicas = (rec.get("launch") or {}).get("replicas") or []
-        uuids = checks.gpu_uuids(rec.get("facts") or {})
+        uuids = gpu_uuids(rec.get("facts") or {})
         address = (hosts[host].get("settings") or {}).get("advertise_address") or hosts[host].get("address") or host
         view[host] = {"address": address, "gpu_uuids": uuids,
                       "ports": [r["port"] for r in replicas], "containers": [r["container"] for r in replicas],
@@ -155,27 +172,29 @@ def _head_ports(launch: Mapping[str, Any], settings: Mapping[str, Any]) -> list[
     return [int(settings[key])] if settings.get(key) else []
 
 
-def fleet_launch(
-    hosts: Mapping[str, Mapping[str, Any]],
-    lbs: Mapping[str, Mapping[str, Any]] | None = None,
-    *,
-    check_image: bool = True,
-    planning: bool = False,
-) -> dict[str, Any]:
-    """Plan and lay out every host: ``{"records": {host: record}, "errors": [one line each], "warnings": [...]}``.
+def check_fleet(records: Mapping[str, Mapping[str, Any]], image_checker: ImageChecker | None = None) -> list[str]:
+    """All fleet-level checks after planning.
 
-    :param hosts: :func:`host_input` per host, in inventory order
-    :param lbs: the load-balancer hosts, ``{name: {"address", "ports"}}`` (their listen and stats ports)
-    :param planning: the run only plans (nothing is deployed): what a multi-node node's network lacks is a
-        warning (recorded facts carry no network; the example's addresses are names), an error otherwise
+    ``records`` maps host → {facts, plan, multinode_group, ports, image_cuda}. ``image_checker(facts, plan)``
+    returns a refusal message when no image can run on the host (``image_compat.check_host``); it is used
+    when the record does not pin ``image_cuda`` (``images.check_host_image``).
     """
-    warnings: list[str] = []
     errors: list[str] = []
-    records: dict[str, dict[str, Any]] = {}
-    groups = _groups(hosts)
+    for host in sorted(records):
+        rec = records[host]
+        errors += check_ports(host, rec.get("ports") or {})
+        errors += check_host_image(host, rec, image_checker)
+    errors += check_multinode(records)
+    return errors
+
+
+def _planning_pass(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, list[str]]
+                   ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Planning pass: ``(plans, errors)``, each host planned once per identical input, groups refused as a whole."""
+    errors: list[str] = []
     memo: dict[str, dict[str, Any]] = {}
     plans: dict[str, dict[str, Any]] = {}
-    mismatched = checks.check_data_parallel_groups(
+    mismatched = check_data_parallel_groups(
         {host: {"multinode_group": item.get("multinode_group"),
                 "engine_args": (item.get("options") or {}).get("engine_args")} for host, item in hosts.items()})
     errors += mismatched
@@ -199,40 +218,83 @@ def fleet_launch(
             plans[host] = answer["plan"]
         except Exception as exc:
             errors.append(unexpected(host, "planning", exc))
+    return plans, errors
+
+
+def _group_reachability(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, list[str]]) -> list[str]:
+    """Group reachability: one line per node of a multi-node group the others cannot reach, naming the group."""
+    errors: list[str] = []
     for group, members in groups.items():
         errors += [f"{line} (group {group})" for line in check_group_reachability(
             [{"host": n, "address": hosts[n]["settings"]["advertise_address"], "network": hosts[n].get("network")}
              for n in members])]
+    return errors
+
+
+def _host_launch(host: str, plan: dict[str, Any], hosts: Mapping[str, Mapping[str, Any]],
+                 groups: Mapping[str, list[str]], *, planning: bool, warnings: list[str]) -> dict[str, Any]:
+    """Host launch: the node's network, then :func:`launch_record` among its group's nodes (warnings appended)."""
+    item = hosts[host]
+    group = item.get("multinode_group")
+    nodes = groups[str(group)] if group else [host]
+    addresses = [str(hosts[n]["settings"]["advertise_address"]) for n in nodes]
+    try:
+        net: dict[str, Any] | None = node_network(
+            item.get("network"), address=str(item["settings"]["advertise_address"]),
+            multinode=len(nodes) > 1, user_env=item.get("env"), host=host, group_addresses=addresses)
+    except NetworkError as exc:
+        if not planning:
+            raise
+        warnings.append(f"{exc} (a deploy stops here)")
+        net = None
+    return launch_record(
+        plan,
+        host=host,
+        settings=dict(item["settings"]),
+        env=item.get("env"),
+        secret_names=list(item.get("secret_names") or []),
+        nodes=nodes,
+        node_addresses=addresses,
+        gpu_indexes=_gpu_indexes(item.get("facts") or {}),
+        head_port=int(hosts[nodes[0]]["settings"]["port"]),
+        network=net,
+        # Data parallelism across the group: the head binds its RPC socket on this IP (its vllm_fleet_env
+        # VLLM_HOST_IP when set, as node_network announces it; else its address).
+        data_parallel_address=str((hosts[nodes[0]].get("env") or {}).get("VLLM_HOST_IP") or addresses[0]),
+    )
+
+
+def _host_record(item: Mapping[str, Any], plan: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
+    """Host record: what plans.json holds for a host, its ports with a data-parallel head's RPC port."""
+    ports = dict(item.get("ports") or {})
+    data_parallel = launch["replicas"][0].get("data_parallel") if launch["replicas"] else None
+    if data_parallel and launch["node_rank"] == 0:
+        # The head of data parallelism across the group binds the RPC port: checked with the host's other ports
+        # (check_ports) even when vllm_serve_dp_rpc_port is left at its default.
+        ports.setdefault("vllm_serve_dp_rpc_port", data_parallel["rpc_port"])
+    return {
+        "sku": item.get("sku"),
+        "facts": item.get("facts"),
+        "plan": plan,
+        "multinode_group": item.get("multinode_group"),
+        "ports": ports,
+        "image_cuda": item.get("image_cuda"),
+        "feedback": item.get("feedback"),
+        "launch": launch,
+    }
+
+
+def _layout_pass(hosts: Mapping[str, Mapping[str, Any]], plans: Mapping[str, dict[str, Any]],
+                 groups: Mapping[str, list[str]], *, planning: bool
+                 ) -> tuple[dict[str, dict[str, Any]], list[str], list[str]]:
+    """Layout pass: ``(records, errors, warnings)``, each planned host laid out and its image checked."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    records: dict[str, dict[str, Any]] = {}
     for host, plan in plans.items():
         item = hosts[host]
         try:
-            group = item.get("multinode_group")
-            nodes = groups[str(group)] if group else [host]
-            addresses = [str(hosts[n]["settings"]["advertise_address"]) for n in nodes]
-            try:
-                net: dict[str, Any] | None = node_network(
-                    item.get("network"), address=str(item["settings"]["advertise_address"]),
-                    multinode=len(nodes) > 1, user_env=item.get("env"), host=host, group_addresses=addresses)
-            except NetworkError as exc:
-                if not planning:
-                    raise
-                warnings.append(f"{exc} (a deploy stops here)")
-                net = None
-            launch = launch_record(
-                plan,
-                host=host,
-                settings=dict(item["settings"]),
-                env=item.get("env"),
-                secret_names=list(item.get("secret_names") or []),
-                nodes=nodes,
-                node_addresses=addresses,
-                gpu_indexes=_gpu_indexes(item.get("facts") or {}),
-                head_port=int(hosts[nodes[0]]["settings"]["port"]),
-                network=net,
-                # Data parallelism across the group: the head binds its RPC socket on this IP (its vllm_fleet_env
-                # VLLM_HOST_IP when set, as node_network announces it; else its address).
-                data_parallel_address=str((hosts[nodes[0]].get("env") or {}).get("VLLM_HOST_IP") or addresses[0]),
-            )
+            launch = _host_launch(host, plan, hosts, groups, planning=planning, warnings=warnings)
         except NetworkError as exc:
             errors.append(str(exc))
             continue
@@ -242,36 +304,54 @@ def fleet_launch(
         except Exception as exc:
             errors.append(unexpected(host, "laying out its replicas", exc))
             continue
-        ray_errors, ray_warnings = checks.check_image_ray(host, launch, item.get("image_ray"))
-        ray_errors += checks.check_image_version(host, plan, item.get("image_vllm_version"),
-                                                 item.get("requested_vllm_version"))
+        ray_errors, ray_warnings = check_image_ray(host, launch, item.get("image_ray"))
+        ray_errors += check_image_version(host, plan, item.get("image_vllm_version"),
+                                          item.get("requested_vllm_version"))
         if ray_errors:
             errors += ray_errors
             continue
         warnings += ray_warnings
-        ports = dict(item.get("ports") or {})
-        data_parallel = launch["replicas"][0].get("data_parallel") if launch["replicas"] else None
-        if data_parallel and launch["node_rank"] == 0:
-            # The head of data parallelism across the group binds the RPC port: checked with the host's other ports
-            # (check_ports) even when vllm_serve_dp_rpc_port is left at its default.
-            ports.setdefault("vllm_serve_dp_rpc_port", data_parallel["rpc_port"])
-        records[host] = {
-            "sku": item.get("sku"),
-            "facts": item.get("facts"),
-            "plan": plan,
-            "multinode_group": item.get("multinode_group"),
-            "ports": ports,
-            "image_cuda": item.get("image_cuda"),
-            "feedback": item.get("feedback"),
-            "launch": launch,
-        }
-    if errors:
-        return {"records": records, "errors": errors, "warnings": warnings}
+        records[host] = _host_record(item, plan, launch)
+    return records, errors, warnings
+
+
+def _fleet_checks(records: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Mapping[str, Any]],
+                  lbs: Mapping[str, Mapping[str, Any]] | None, *, check_image: bool) -> list[str]:
+    """Fleet checks: :func:`check_fleet` and the machines (:func:`.machines.check_machines`), never a traceback."""
+    errors: list[str] = []
     try:
-        errors += checks.check_fleet(records, checks.image_compat_check if check_image else None)
-        errors += checks.check_machines(_machine_view(records, hosts), dict(lbs or {}))
+        errors += check_fleet(records, image_compat_check if check_image else None)
+        errors += check_machines(_machine_view(records, hosts), dict(lbs or {}))
     except Exception as exc:
         errors.append(unexpected("fleet", "checking the fleet as a whole", exc))
+    return errors
+
+
+def fleet_launch(
+    hosts: Mapping[str, Mapping[str, Any]],
+    lbs: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    check_image: bool = True,
+    planning: bool = False,
+) -> dict[str, Any]:
+    """Plan and lay out every host: ``{"records": {host: record}, "errors": [one line each], "warnings": [...]}``.
+
+    :param hosts: :func:`host_input` per host, in inventory order
+    :param lbs: the load-balancer hosts, ``{name: {"address", "ports"}}`` (their listen and stats ports)
+    :param planning: the run only plans (nothing is deployed): what a multi-node node's network lacks is a
+        warning (recorded facts carry no network; the example's addresses are names), an error otherwise
+
+    The steps: :func:`_planning_pass`, :func:`_group_reachability`, :func:`_layout_pass` (per host
+    :func:`_host_launch` and :func:`_host_record`), then, when nothing failed, :func:`_fleet_checks`.
+    """
+    groups = _groups(hosts)
+    plans, errors = _planning_pass(hosts, groups)
+    errors += _group_reachability(hosts, groups)
+    records, layout_errors, warnings = _layout_pass(hosts, plans, groups, planning=planning)
+    errors += layout_errors
+    if errors:
+        return {"records": records, "errors": errors, "warnings": warnings}
+    errors += _fleet_checks(records, hosts, lbs, check_image=check_image)
     return {"records": records, "errors": errors, "warnings": warnings}
 
 

@@ -46,7 +46,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core impo
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (  # noqa: E402
     plan_for_model,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.options import NOT_MODELLED  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.engine_args import (  # noqa: E402
+    PIN_AS_ENGINE_ARGS,
+    check_engine_args,
+    check_extra_args,
+)
 
 H200 = json.loads((ROOT / "tests/fixtures/gpu/h200x2/expected_facts.json").read_text())
 LLAMA_8B = json.loads((ROOT / "tests/fixtures/planner/models/llama-3.1-8b/config.json").read_text())
@@ -223,7 +228,7 @@ def _matrix_pins(version: str) -> list[tuple[dict[str, Any], list[str]]]:
                "kv_cache_dtype"}
     names = engine_fields.engine_arg_names(version)
     switches = sorted((engine_fields.negatable_names(version) | engine_fields.switch_names(version)) & names
-                      - planned - set(checks.NOT_MODELLED) - checks.PIN_AS_ENGINE_ARGS)
+                      - planned - set(NOT_MODELLED) - PIN_AS_ENGINE_ARGS)
     pins: list[tuple[dict[str, Any], list[str]]] = [({name: value}, []) for name in switches for value in (True, False)]
     pins += [
         ({"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY", "max_cudagraph_capture_size": 64}}, []),
@@ -246,8 +251,8 @@ def test_a_generated_matrix_of_pins_parses_to_the_pins(version: str, parsers: di
     cases: list[tuple[list[str], dict[str, Any], list[str]]] = []
     refused: dict[str, str] = {}
     for engine_args, extra in _matrix_pins(version):
-        errors = checks.check_engine_args("h", engine_args, vllm_version=version)
-        errors += checks.check_extra_args("h", extra, vllm_version=version)
+        errors = check_engine_args("h", engine_args, vllm_version=version)
+        errors += check_extra_args("h", extra, vllm_version=version)
         if errors:  # preflight refuses it (a removed or ignored option): it never reaches vLLM
             refused[json.dumps(engine_args)] = errors[0]
             continue

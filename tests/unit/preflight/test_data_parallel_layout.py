@@ -12,7 +12,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch imp
     launch_record,
     launch_settings,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import check_host_inputs
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
     fleet_launch,
     host_input,
@@ -64,7 +64,7 @@ def test_dp3_x_tp4_on_eight_gpus_is_refused_naming_the_host() -> None:
 def test_dp_on_a_host_of_a_multinode_group_is_no_longer_an_input_error() -> None:
     """A group's hosts spread the ranks over their nodes (tests/unit/preflight/test_data_parallel_multinode.py)."""
     variables = {**BASE, "vllm_fleet_multinode_group": "big", "vllm_fleet_engine_args": {"data_parallel_size": 2}}
-    assert checks.check_host_inputs("n1", variables, ["vllm_servers", "gpu_h100"]) == []
+    assert check_host_inputs("n1", variables, ["vllm_servers", "gpu_h100"]) == []
 
 
 def test_launch_record_lays_data_parallel_ranks_over_nodes_one_container_each() -> None:

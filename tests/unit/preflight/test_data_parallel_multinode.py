@@ -16,7 +16,11 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch imp
     engine_config,
     lb_servers,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.engine_args import check_engine_args
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import check_host_inputs
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.machines import (
+    DEFAULT_PORT_VARIABLES,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
     fleet_launch,
     host_input,
@@ -159,7 +163,7 @@ def test_the_rpc_port_comes_from_vllm_serve_dp_rpc_port_and_is_port_checked() ->
     clash = fleet_launch(hosts, check_image=False)
     assert clash["errors"] == ["n1: port 29550 is used by both vllm_serve_dp_rpc_port and vllm_serve_port: give each "
                                "service its own port"]
-    assert "vllm_serve_dp_rpc_port" in checks.DEFAULT_PORT_VARIABLES
+    assert "vllm_serve_dp_rpc_port" in DEFAULT_PORT_VARIABLES
 
 
 def test_the_head_binds_on_its_vllm_host_ip_when_the_user_sets_it() -> None:
@@ -212,7 +216,7 @@ def test_a_data_parallel_size_that_differs_between_the_groups_hosts_is_refused()
         "the group (n1, n2), e.g. in their group_vars"]
     # Input checks no longer refuse data_parallel_size on a group's host.
     variables = {**BASE, "vllm_fleet_multinode_group": "dp", "vllm_fleet_engine_args": {"data_parallel_size": 2}}
-    assert checks.check_host_inputs("n1", variables, ["vllm_servers", "gpu_h100"]) == []
+    assert check_host_inputs("n1", variables, ["vllm_servers", "gpu_h100"]) == []
 
 
 def test_data_parallelism_on_a_cpu_lane_group_is_refused() -> None:
@@ -227,7 +231,7 @@ def test_data_parallelism_on_a_cpu_lane_group_is_refused() -> None:
 @pytest.mark.parametrize("key", ["data_parallel_size_local", "data_parallel_start_rank", "data_parallel_address",
                                  "data_parallel_rpc_port"])
 def test_the_layouts_own_options_stay_refused_as_engine_args(key: str) -> None:
-    (error,) = checks.check_engine_args("n1", {key: 1})
+    (error,) = check_engine_args("n1", {key: 1})
     assert error.startswith(f"n1: vllm_fleet_engine_args.{key} = 1 is refused: only data_parallel_size is modelled")
     assert "computed by the layout" in error and "vllm_serve_dp_rpc_port" in error
     with pytest.raises(LaunchError, match="set per node by the multi-node launcher"):

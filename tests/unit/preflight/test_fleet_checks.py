@@ -1,4 +1,5 @@
-"""Pure preflight validation (plugins/plugin_utils/preflight/checks.py): each bad input → one clear message."""
+"""Pure preflight validation (plugins/plugin_utils/preflight/: inputs, machines, multinode, images and
+record.check_fleet): each bad input → one clear message."""
 
 from __future__ import annotations
 
@@ -8,7 +9,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import (
+    check_driver_cuda,
+    image_compat_check,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import (
+    check_host_inputs,
+    sku_groups,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.machines import (
+    DEFAULT_PORT_VARIABLES,
+    check_facts_shape,
+    check_ports,
+    check_sku_match,
+    port_map,
+    port_variables,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.multinode import (
+    check_multinode,
+    check_multinode_facts,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import check_fleet
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDED = ROOT / "inventories/example/recorded_facts"
@@ -37,7 +58,7 @@ def errors_for(**changes: Any) -> list[str]:
             variables.pop(key, None)
         else:
             variables[key] = value
-    return fc.check_host_inputs("h1", variables, ["vllm_servers", "gpu_h100"])
+    return check_host_inputs("h1", variables, ["vllm_servers", "gpu_h100"])
 
 
 _DROP = object()
@@ -120,12 +141,12 @@ def test_max_model_len_auto_is_allowed() -> None:
     ],
 )
 def test_sku_group_membership(groups: list[str], needle: str) -> None:
-    errors = fc.check_host_inputs("h1", GOOD, groups)
+    errors = check_host_inputs("h1", GOOD, groups)
     assert any(needle in e for e in errors), errors
 
 
 def test_sku_groups_pattern() -> None:
-    assert fc.sku_groups(["all", "vllm_servers", "gpu_h200", "cpu_lane", "gpu", "gpus_misc"]) == ["cpu_lane", "gpu_h200"]
+    assert sku_groups(["all", "vllm_servers", "gpu_h200", "cpu_lane", "gpu", "gpus_misc"]) == ["cpu_lane", "gpu_h200"]
 
 
 @pytest.mark.parametrize(
@@ -138,17 +159,17 @@ def test_sku_groups_pattern() -> None:
     ],
 )
 def test_ports(ports: dict[str, Any], needle: str) -> None:
-    errors = fc.check_ports("h1", ports)
+    errors = check_ports("h1", ports)
     assert any(needle in e for e in errors), errors
 
 
 def test_distinct_ports_pass() -> None:
-    assert fc.check_ports("h1", {"vllm_serve_ports": [8000, 8001], "vllm_lb_port": 8080}) == []
+    assert check_ports("h1", {"vllm_serve_ports": [8000, 8001], "vllm_lb_port": 8080}) == []
 
 
 def test_recorded_example_facts_are_contract_1() -> None:
     for path in sorted(RECORDED.glob("*.json")):
-        assert fc.check_facts_shape(path.stem, json.loads(path.read_text())) == [], path
+        assert check_facts_shape(path.stem, json.loads(path.read_text())) == [], path
 
 
 @pytest.mark.parametrize(
@@ -164,19 +185,19 @@ def test_recorded_example_facts_are_contract_1() -> None:
 def test_facts_shape_errors(mutate: Any, needle: str) -> None:
     f = facts("h200-01")
     mutate(f)
-    errors = fc.check_facts_shape("h200-01", f)
+    errors = check_facts_shape("h200-01", f)
     assert any(needle in e for e in errors), errors
 
 
 def test_facts_shape_rejects_non_dict() -> None:
-    assert "must be a JSON object" in fc.check_facts_shape("x", ["nvidia-smi garbage"])[0]
+    assert "must be a JSON object" in check_facts_shape("x", ["nvidia-smi garbage"])[0]
 
 
 def test_sku_match() -> None:
-    assert fc.check_sku_match("h200-01", facts("h200-01"), "gpu_h200", "H200") == []
-    assert "discovery found NVIDIA H200" in fc.check_sku_match("h200-01", facts("h200-01"), "gpu_h100", "H100")[0]
-    assert "is in CPU group" in fc.check_sku_match("h200-01", facts("h200-01"), "cpu_lane", "cpu")[0]
-    assert fc.check_sku_match("h200-01", facts("h200-01"), "gpu_h100", None) == []
+    assert check_sku_match("h200-01", facts("h200-01"), "gpu_h200", "H200") == []
+    assert "discovery found NVIDIA H200" in check_sku_match("h200-01", facts("h200-01"), "gpu_h100", "H100")[0]
+    assert "is in CPU group" in check_sku_match("h200-01", facts("h200-01"), "cpu_lane", "cpu")[0]
+    assert check_sku_match("h200-01", facts("h200-01"), "gpu_h100", None) == []
 
 
 @pytest.mark.parametrize(
@@ -193,7 +214,7 @@ def test_sku_match() -> None:
 def test_driver_vs_image_cuda(driver: str, cuda: str | None, image: str, ok: bool) -> None:
     f = facts("t4-01")
     f["driver_version"], f["cuda_version"] = driver, cuda
-    errors = fc.check_driver_cuda("t4-01", f, image)
+    errors = check_driver_cuda("t4-01", f, image)
     assert (errors == []) is ok, errors
     if not ok:
         assert "upgrade the NVIDIA driver" in errors[0] and driver in errors[0]
@@ -201,7 +222,7 @@ def test_driver_vs_image_cuda(driver: str, cuda: str | None, image: str, ok: boo
 
 def test_driver_check_skips_cpu_hosts() -> None:
     cpu = {"gpus": [], "gpu_count": 0, "driver_version": None, "cuda_version": None, "host": {}}
-    assert fc.check_driver_cuda("cpu", cpu, "13.0") == []
+    assert check_driver_cuda("cpu", cpu, "13.0") == []
 
 
 def plan(tp: int, pp: int, nodes: int) -> dict[str, Any]:
@@ -215,36 +236,36 @@ def rec(host: str, group: str | None, p: dict[str, Any], f: dict[str, Any] | Non
 
 def test_multinode_complete_and_homogeneous() -> None:
     records = {"h100-01": rec("h100-01", "g", plan(8, 2, 2)), "h100-02": rec("h100-02", "g", plan(8, 2, 2))}
-    assert fc.check_multinode(records) == []
-    assert fc.check_multinode_facts(records) == []
+    assert check_multinode(records) == []
+    assert check_multinode_facts(records) == []
 
 
 def test_multinode_incomplete() -> None:
     records = {"h100-01": rec("h100-01", "g", plan(8, 4, 4)), "h100-02": rec("h100-02", "g", plan(8, 4, 4))}
-    errors = fc.check_multinode(records)
+    errors = check_multinode(records)
     assert any("multi-node group g: incomplete" in e and "needs 4 node(s), the group has 2" in e for e in errors)
 
 
 def test_multinode_plan_without_group() -> None:
-    errors = fc.check_multinode({"h100-01": rec("h100-01", None, plan(8, 2, 2))})
+    errors = check_multinode({"h100-01": rec("h100-01", None, plan(8, 2, 2))})
     assert "set vllm_fleet_multinode_group" in errors[0]
 
 
 def test_multinode_mixed_gpus_from_facts() -> None:
     records = {"h100-01": {"facts": facts("h100-01"), "multinode_group": "g"},
                "h200-01": {"facts": facts("h200-01"), "multinode_group": "g"}}
-    errors = fc.check_multinode_facts(records)
+    errors = check_multinode_facts(records)
     assert len(errors) == 1 and "mixed GPUs" in errors[0] and "NVIDIA H200" in errors[0]
 
 
 def test_multinode_single_host_group() -> None:
-    errors = fc.check_multinode_facts({"h100-01": {"facts": facts("h100-01"), "multinode_group": "g"}})
+    errors = check_multinode_facts({"h100-01": {"facts": facts("h100-01"), "multinode_group": "g"}})
     assert "at least two hosts" in errors[0]
 
 
 def test_multinode_not_filling_nodes() -> None:
     p = plan(4, 2, 2)  # 8 GPUs over two 8-GPU nodes
-    errors = fc.check_multinode({"h100-01": rec("h100-01", "g", p), "h100-02": rec("h100-02", "g", p)})
+    errors = check_multinode({"h100-01": rec("h100-01", "g", p), "h100-02": rec("h100-02", "g", p)})
     assert any("does not fill 2 nodes of 8 GPUs" in e for e in errors), errors
 
 
@@ -256,24 +277,24 @@ def test_check_fleet_uses_image_checker_when_no_cuda_pinned() -> None:
         return "No vLLM image runs on driver 535"
 
     records = {"t4-01": {"facts": facts("t4-01"), "plan": plan(1, 1, 1), "ports": {"vllm_serve_port": 8000}}}
-    errors = fc.check_fleet(records, checker)
+    errors = check_fleet(records, checker)
     assert errors == ["t4-01: No vLLM image runs on driver 535"] and calls == ["Tesla T4"]
     records["t4-01"]["image_cuda"] = "13.0"
-    assert fc.check_fleet(records, checker) == []
+    assert check_fleet(records, checker) == []
 
 
 def test_port_variables_and_port_map() -> None:
-    assert fc.port_variables() == list(fc.DEFAULT_PORT_VARIABLES)
-    assert fc.port_variables(("a_port",)) == ["a_port"]
+    assert port_variables() == list(DEFAULT_PORT_VARIABLES)
+    assert port_variables(("a_port",)) == ["a_port"]
     for bad in ("a_port", ["a_port", 1]):
         with pytest.raises(ValueError, match="vllm_fleet_port_variables must be a list of variable names"):
-            fc.port_variables(bad)
-    assert fc.port_map({"a": 8000, "b": None, "c": "", "d": [1, 2], "e": 0}) == {"a": 8000, "d": [1, 2], "e": 0}
+            port_variables(bad)
+    assert port_map({"a": 8000, "b": None, "c": "", "d": [1, 2], "e": 0}) == {"a": 8000, "d": [1, 2], "e": 0}
 
 
 def test_image_compat_check_uses_the_image_table() -> None:
     t4 = facts("t4-01")
-    assert fc.image_compat_check(t4, {}) is None  # no plan version: nothing to check
-    assert fc.image_compat_check(dict(t4, driver_version="580.95.05"), {"vllm_version": "0.32.0"}) is None
-    refusal = fc.image_compat_check(dict(t4, driver_version="470.256.02"), {"vllm_version": "0.32.0"})
+    assert image_compat_check(t4, {}) is None  # no plan version: nothing to check
+    assert image_compat_check(dict(t4, driver_version="580.95.05"), {"vllm_version": "0.32.0"}) is None
+    refusal = image_compat_check(dict(t4, driver_version="470.256.02"), {"vllm_version": "0.32.0"})
     assert refusal and "470" in refusal

@@ -1,13 +1,21 @@
-"""Inventory mistakes preflight catches before anything runs (checks.py): unknown engine-arg names, a flag and
-its value in one extra-args item, secrets in the wrong variable, and the API key when only planning.
-Every message is one line that names the host and says what to change."""
+"""Inventory mistakes preflight catches before anything runs (preflight/inputs.py, engine_args.py, secrets.py):
+unknown engine-arg names, a flag and its value in one extra-args item, secrets in the wrong variable, and the API
+key when only planning. Every message is one line that names the host and says what to change."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.engine_args import (
+    check_engine_args,
+    check_extra_args,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import (
+    check_host_inputs,
+    host_warnings,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.secrets import secret_kind
 
 HOST = "h200-a"
 KEY = "sk-fleet-7f3a9c2e41b8d6"  # the vault value in these tests
@@ -20,7 +28,7 @@ BASE: dict[str, Any] = {
 
 
 def errors_for(**changes: Any) -> list[str]:
-    return fc.check_host_inputs(HOST, {**BASE, **changes}, ["vllm_servers", "gpu_h200"])
+    return check_host_inputs(HOST, {**BASE, **changes}, ["vllm_servers", "gpu_h200"])
 
 
 def one(errors: list[str]) -> str:
@@ -63,12 +71,12 @@ def test_every_vllm_engine_arg_name_is_accepted_by_name() -> None:
         engine_arg_names,
     )
     for name in sorted(engine_arg_names("0.32.0")):
-        errors = fc.check_engine_args(HOST, {name: None})
+        errors = check_engine_args(HOST, {name: None})
         assert not any("engine argument" in e and "is not a" in e for e in errors if "ignored" not in e), (name, errors)
 
 
 def test_unknown_names_are_not_refused_for_a_release_before_the_list() -> None:
-    assert fc.check_engine_args(HOST, {"some_old_v0_field": 1}, vllm_version="0.6.3") == []
+    assert check_engine_args(HOST, {"some_old_v0_field": 1}, vllm_version="0.6.3") == []
 
 
 def test_extra_args_flags_are_checked_by_name() -> None:
@@ -190,7 +198,7 @@ def test_only_api_key_and_hf_token_of_vllms_names_look_secret() -> None:
         engine_arg_names,
         serve_only_names,
     )
-    secret = {n for n in engine_arg_names() | serve_only_names() if fc.secret_kind(n)}
+    secret = {n for n in engine_arg_names() | serve_only_names() if secret_kind(n)}
     assert secret == {"api_key", "hf_token"}
 
 
@@ -223,25 +231,25 @@ def test_planning_only_warns_about_a_missing_key(key: str | None) -> None:
     variables = {**BASE, **PLANNING, "vllm_fleet_api_key": key}
     if key is None:
         del variables["vllm_fleet_api_key"]
-    assert fc.check_host_inputs(HOST, variables, ["gpu_h200"]) == []
-    warning = one(fc.host_warnings(HOST, variables))
+    assert check_host_inputs(HOST, variables, ["gpu_h200"]) == []
+    warning = one(host_warnings(HOST, variables))
     assert "vllm_fleet_api_key" in warning and "a deploy needs it: put it in an ansible-vault file" in warning
 
 
 def test_deploying_still_requires_the_key() -> None:
     variables = {k: v for k, v in BASE.items() if k != "vllm_fleet_api_key"}
     assert "the API-key secret vllm_fleet_api_key is missing: put it in an ansible-vault file" in one(
-        fc.check_host_inputs(HOST, variables, ["gpu_h200"]))
-    assert fc.host_warnings(HOST, variables) == []
+        check_host_inputs(HOST, variables, ["gpu_h200"]))
+    assert host_warnings(HOST, variables) == []
     # A caller that knows better overrides the guess from vllm_fleet_recorded_facts_dir, both ways.
-    assert one(fc.check_host_inputs(HOST, {**variables, **PLANNING}, ["gpu_h200"], planning=False))
-    assert fc.check_host_inputs(HOST, variables, ["gpu_h200"], planning=True) == []
-    assert one(fc.host_warnings(HOST, variables, planning=True))
+    assert one(check_host_inputs(HOST, {**variables, **PLANNING}, ["gpu_h200"], planning=False))
+    assert check_host_inputs(HOST, variables, ["gpu_h200"], planning=True) == []
+    assert one(host_warnings(HOST, variables, planning=True))
 
 
 def test_no_warning_when_the_key_is_set_or_not_required() -> None:
-    assert fc.host_warnings(HOST, {**BASE, **PLANNING}) == []
-    assert fc.host_warnings(HOST, {"vllm_fleet_api_key_required": False, **PLANNING}) == []
+    assert host_warnings(HOST, {**BASE, **PLANNING}) == []
+    assert host_warnings(HOST, {"vllm_fleet_api_key_required": False, **PLANNING}) == []
 
 
 def test_hf_token_variable_is_known_and_a_string() -> None:
@@ -267,7 +275,7 @@ _DP_NEEDLE = "only data_parallel_size is modelled (every rank in one container o
 ])
 def test_unmodelled_engine_args_are_refused(args: dict[str, Any], needle: str) -> None:
     (key, value), = args.items()
-    message = one(fc.check_engine_args(HOST, args))
+    message = one(check_engine_args(HOST, args))
     assert message.startswith(f"{HOST}: vllm_fleet_engine_args.{key} = {value!r} is refused: ") and needle in message
     assert "serve more replicas" in message
 
@@ -275,13 +283,13 @@ def test_unmodelled_engine_args_are_refused(args: dict[str, Any], needle: str) -
 @pytest.mark.parametrize("args", [{"enable_eplb": True}, {"enable_eplb": True, "eplb_config": {"num_redundant_experts": 8}}])
 def test_eplb_is_accepted_for_the_planner_to_budget(args: dict[str, Any]) -> None:
     """The planner counts EPLB's redundant experts and buffers (tests/unit/planner/test_moe_layouts.py)."""
-    assert fc.check_engine_args(HOST, args) == []
+    assert check_engine_args(HOST, args) == []
 
 
 @pytest.mark.parametrize("size", [1, 4])
 def test_data_parallel_size_is_accepted(size: int) -> None:
     """The planner lays it out inside one host (tests/unit/preflight/test_data_parallel_layout.py)."""
-    assert fc.check_engine_args(HOST, {"data_parallel_size": size}) == []
+    assert check_engine_args(HOST, {"data_parallel_size": size}) == []
     assert errors_for(vllm_fleet_engine_args={"data_parallel_size": size}) == []
 
 
@@ -294,4 +302,4 @@ def test_data_parallel_size_is_accepted(size: int) -> None:
     (["-dp", "4"], "pin it as vllm_fleet_engine_args.data_parallel_size"),
 ])
 def test_unmodelled_flags_in_extra_args_are_refused(extra: list[str], needle: str) -> None:
-    assert needle in one(fc.check_extra_args(HOST, extra))
+    assert needle in one(check_extra_args(HOST, extra))

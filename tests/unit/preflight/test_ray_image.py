@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import check_image_ray
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import fleet_launch
 
 from .test_launch_records import H200, MODEL_70B, _input, _network, _other_machine
@@ -71,9 +71,9 @@ def test_a_pinned_image_on_a_ray_node_is_a_warning() -> None:
 
 def test_check_image_ray_alone() -> None:
     ray = {"image": {"ray": True, "ref": None}}
-    assert checks.check_image_ray("h", ray, None) == ([], [])
-    assert checks.check_image_ray("h", ray, True) == ([], [])
-    assert checks.check_image_ray("h", {"image": {"ray": False}}, False) == ([], [])
-    assert checks.check_image_ray("h", {}, None) == ([], [])  # a record from before Ray was recorded
-    errors, _warnings = checks.check_image_ray("h", ray, False)
+    assert check_image_ray("h", ray, None) == ([], [])
+    assert check_image_ray("h", ray, True) == ([], [])
+    assert check_image_ray("h", {"image": {"ray": False}}, False) == ([], [])
+    assert check_image_ray("h", {}, None) == ([], [])  # a record from before Ray was recorded
+    errors, _warnings = check_image_ray("h", ray, False)
     assert len(errors) == 1 and errors[0].startswith("h: ")

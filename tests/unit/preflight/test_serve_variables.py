@@ -13,8 +13,8 @@ import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.filter.preflight import serve_role_inputs
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import LAUNCH_SETTINGS
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks as fc
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.fleet import fleet_preflight
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import check_host_inputs
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "roles/vllm_serve/meta/argument_specs.yml"
@@ -26,7 +26,7 @@ BASE: dict[str, Any] = {"vllm_fleet_model": "/models/llama/config.json", "vllm_f
 
 def errors(role_inputs: Any = None, **variables: Any) -> list[str]:
     inputs = serve_role_inputs() if role_inputs is None else role_inputs
-    return fc.check_host_inputs("h1", {**BASE, **variables}, ["vllm_servers", "gpu_h100"], role_inputs=inputs)
+    return check_host_inputs("h1", {**BASE, **variables}, ["vllm_servers", "gpu_h100"], role_inputs=inputs)
 
 
 def test_a_misspelt_serve_variable_is_refused_with_the_nearest_name() -> None:
