@@ -8,7 +8,7 @@ costs one task, not a dozen per host. The stages run in order and stop at the fi
 the per-host tasks did, with the same one-line messages naming the host:
 
 1. inputs — ``checks.check_host_inputs`` and ``check_ports`` per host, the model path, the recorded facts file;
-2. facts — the file's content (CONTRACT 1), ``check_facts_shape`` and ``check_sku_match``;
+2. facts — the file's content (CONTRACT 1), ``check_facts_shape``, ``amd.check_amd_host`` and ``check_sku_match``;
 3. multi-node groups from facts — ``check_multinode_facts``;
 4. the launch records — ``record.fleet_launch`` (plan memoised on identical inputs, layout, fleet checks).
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import amd, checks
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
     fleet_launch,
     host_input,
@@ -104,6 +104,7 @@ def fleet_preflight(
             continue
         facts = state.get("facts")
         found = checks.check_facts_shape(host, facts)
+        found = found or amd.check_amd_host(host, facts)  # AMD GPUs: planned, never deployed (preflight/amd.py)
         if not found:
             found = checks.check_sku_match(host, dict(facts or {}), _sku(list(state.get("groups") or [])),
                                            variables.get("vllm_fleet_sku_match"))
