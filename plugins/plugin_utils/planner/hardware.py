@@ -90,15 +90,15 @@ GPU_CATALOGUE: tuple[GpuSku, ...] = (
     GpuSku("V100-32", r"\bV100\b.*32\s*GB", 32768, "7.0", 8, "volta", 900, "nvlink"),
     GpuSku("V100", r"\bV100\b", 16384, "7.0", 8, "volta", 900, "nvlink"),
     GpuSku("GTX1080", r"GTX 1080", 8192, "6.1", 1, "pascal", 320, "pcie"),
-    # AMD Instinct (planning only; see AMD_CATALOGUE_SOURCES). compute_capability: vLLM's ROCm platform derives it
+    # AMD Instinct (planning only; see AMD_CATALOGUE_SOURCES). The patterns allow vLLM's "AMD_Instinct_MI300X" (no \b at _). compute_capability: vLLM's ROCm platform derives it
     # from the gfx name (platforms/rocm.py _capability_from_gcn_arch, rules.VERIFIED "rocm:gfx_capability").
-    GpuSku("MI355X", r"\bMI355X?\b", 294912, "9.5", 8, "cdna4", 8000, "infinity_fabric",
+    GpuSku("MI355X", r"(?<![A-Z0-9])MI355X?(?![A-Z0-9])", 294912, "9.5", 8, "cdna4", 8000, "infinity_fabric",
            vendor="amd", gfx="gfx950"),
-    GpuSku("MI325X", r"\bMI325X?\b", 262144, "9.4", 8, "cdna3", 6000, "infinity_fabric",
+    GpuSku("MI325X", r"(?<![A-Z0-9])MI325X?(?![A-Z0-9])", 262144, "9.4", 8, "cdna3", 6000, "infinity_fabric",
            vendor="amd", gfx="gfx942"),
-    GpuSku("MI300X", r"\bMI300X\b", 196592, "9.4", 8, "cdna3", 5300, "infinity_fabric",
+    GpuSku("MI300X", r"(?<![A-Z0-9])MI300X(?![A-Z0-9])", 196592, "9.4", 8, "cdna3", 5300, "infinity_fabric",
            vendor="amd", gfx="gfx942"),
-    GpuSku("MI250X", r"\bMI250X?\b", 65536, "9.0", 2, "cdna2", 1638, "infinity_fabric",
+    GpuSku("MI250X", r"(?<![A-Z0-9])MI250X?(?![A-Z0-9])", 65536, "9.0", 2, "cdna2", 1638, "infinity_fabric",
            vendor="amd", gfx="gfx90a"),
 )
 
