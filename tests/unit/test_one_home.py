@@ -31,6 +31,8 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU130"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU129"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU121"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
+    frozenset({"ROCM_QUANTIZATION", "KNOWN_METHODS"}): "the methods vLLM's ROCm platform accepts (verbatim from "
+    "platforms/rocm.py, online-only names included) vs the checkpoint formats the planner sizes",
     frozenset({"QUANT_MIN_CC", "KNOWN_METHODS"}): "minimum compute capability per --quantization method vs the "
     "checkpoint formats the planner sizes (online-only and checkpoint-only names differ)",
     # planner/engine_fields.py: every option name vLLM takes per release (read from its parser); planner/options.py

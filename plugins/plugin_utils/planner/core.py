@@ -133,6 +133,8 @@ def _notes(gpu: Gpu | None, user: dict[str, Any], rules: VersionRules, d: Decisi
     """Warnings about the inputs: a GPU planned from its facts alone, unified memory, pins vLLM ignores."""
     if gpu is not None and not gpu.catalogued:
         d.warnings.append(gpu.uncatalogued_note())
+    if gpu is not None and gpu.amd:
+        d.warnings.append(gpu.amd_note())
     if gpu is not None and gpu.shares_host_memory:
         d.warnings.append(f"{gpu.name} shares its memory with the host: what the OS and other processes use "
                           "comes out of the same pool; set policy co_located_mib to it")

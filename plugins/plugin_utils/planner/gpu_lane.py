@@ -63,7 +63,7 @@ def _block_size(ctx: PlanInputs, gpu: Gpu, d: Decision) -> int:
         d.set("block-size", block_size, "set by you (vLLM warns if it precludes a faster backend)")
         return block_size
     block_size = default_block_size(gpu.compute_capability, ctx.spec.mla)
-    d.note("block-size", f"left to the attention backend ({attention_backend(gpu.compute_capability, ctx.spec.mla)}"
+    d.note("block-size", f"left to the attention backend ({attention_backend(gpu.compute_capability, ctx.spec.mla, gpu.vendor)}"
            f" prefers {block_size}); no size-based rule exists in vLLM")
     return block_size
 

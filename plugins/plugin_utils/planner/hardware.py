@@ -21,7 +21,8 @@ class GpuSku:
 
     ``interconnect`` is the class of the usual board: ``nvswitch`` (every GPU of the host on one NVSwitch fabric),
     ``nvlink`` (NVLink bridges or a mesh between ``nvlink_domain`` GPUs), ``pcie`` (no NVLink), or ``single`` (one
-    GPU per host or superchip; more GPUs meet over the network).
+    GPU per host or superchip; more GPUs meet over the network); AMD Instinct entries say ``infinity_fabric`` (xGMI
+    links; ``nvlink_domain`` is then the GPUs one Infinity Fabric hop apart).
     """
 
     key: str
@@ -33,6 +34,8 @@ class GpuSku:
     bandwidth_gbs: int = 0  # peak memory bandwidth, GB/s (datasheet)
     interconnect: str = "pcie"
     shares_host_memory: bool = False  # unified memory: the host OS and vLLM draw on the same pool
+    vendor: str = "nvidia"  # "nvidia" | "amd" (AMD Instinct: planned only; provisioning, image and deploy are NVIDIA)
+    gfx: str = ""  # AMD: the LLVM target (gfx90a / gfx942 / gfx950); compute_capability is what vLLM derives from it
 
 
 # memory_mib: the value nvidia-smi prints. Real captures where we have them (H200 143771 MiB from
@@ -87,7 +90,85 @@ GPU_CATALOGUE: tuple[GpuSku, ...] = (
     GpuSku("V100-32", r"\bV100\b.*32\s*GB", 32768, "7.0", 8, "volta", 900, "nvlink"),
     GpuSku("V100", r"\bV100\b", 16384, "7.0", 8, "volta", 900, "nvlink"),
     GpuSku("GTX1080", r"GTX 1080", 8192, "6.1", 1, "pascal", 320, "pcie"),
+    # AMD Instinct (planning only; see AMD_CATALOGUE_SOURCES). The patterns allow vLLM's "AMD_Instinct_MI300X" (no \b at _). compute_capability: vLLM's ROCm platform derives it
+    # from the gfx name (platforms/rocm.py _capability_from_gcn_arch, rules.VERIFIED "rocm:gfx_capability").
+    GpuSku("MI355X", r"(?<![A-Z0-9])MI355X?(?![A-Z0-9])", 294912, "9.5", 8, "cdna4", 8000, "infinity_fabric",
+           vendor="amd", gfx="gfx950"),
+    GpuSku("MI325X", r"(?<![A-Z0-9])MI325X?(?![A-Z0-9])", 262144, "9.4", 8, "cdna3", 6000, "infinity_fabric",
+           vendor="amd", gfx="gfx942"),
+    GpuSku("MI300X", r"(?<![A-Z0-9])MI300X(?![A-Z0-9])", 196592, "9.4", 8, "cdna3", 5300, "infinity_fabric",
+           vendor="amd", gfx="gfx942"),
+    GpuSku("MI250X", r"(?<![A-Z0-9])MI250X?(?![A-Z0-9])", 65536, "9.0", 2, "cdna2", 1638, "infinity_fabric",
+           vendor="amd", gfx="gfx90a"),
 )
+
+# Where each AMD entry's figures come from (memory per GPU as ROCm sees it, gfx target, bandwidth):
+# - VRAM and LLVM target: ROCm docs "AMD GPU specifications", Instinct table
+#   https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html (source: github.com/ROCm/rocm-docs
+#   docs/reference/gpu-specs.rst @ 2b48ffc7c7df6af2687bf2c54062d939ee503c60): MI355X CDNA4 gfx950 288 GiB
+#   (GFXIP 9.5); MI325X CDNA3 gfx942 256 GiB (9.4); MI300X CDNA3 gfx942 192 GiB (9.4); MI250X CDNA2 gfx90a 128 GiB
+#   "220 (110 per GCD)" (9.0). An MI250X module is two GCDs, each its own ROCm device: 64 GiB and a 2-GCD package
+#   (nvlink_domain 2: the in-package Infinity Fabric pair; the 8 GCDs of a node are not all one hop apart).
+# - MI300X 196592 MiB is what ROCm reports, not the nominal 196608: rocminfo's GPU pool "Size: 201310208(0xbffc000)
+#   KB" (public MI300X captures, e.g. ROCm/legacy-rocm-build issue #4750; thamada/nvidia-smi gls/) and rocm-smi
+#   names it "AMD Instinct MI300X", device ID 0x74a1 (github.com/thamada/nvidia-smi gls/MI300X_x4_smi.py @
+#   b09ef139265ffc7e3c78006346981de8e4d70499). No public capture for the others: their nominal GiB x 1024.
+# - Names: rocm-smi / amd-smi print "AMD Instinct MI300X"; vLLM's get_device_name maps device IDs to
+#   "AMD_Instinct_MI300X" / "AMD_Instinct_MI325X" (platforms/rocm.py _ROCM_DEVICE_ID_NAME_MAP); the patterns match
+#   both spellings and the bare model ("MI300X").
+# - Bandwidth (GB/s, AMD product pages): MI355X 8 TB/s, MI325X 6 TB/s, MI300X 5.3 TB/s, MI250X 3.2 TB/s per module
+#   (1638 per GCD). Interconnect: AMD Infinity Fabric (xGMI) links, 8 OAM GPUs fully connected on MI300X/MI325X/
+#   MI355X platforms (vLLM checks one-hop XGMI in RocmPlatform.is_fully_connected).
+AMD_CATALOGUE_SOURCES = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html"
+
+
+def gfx_capability(gfx: str) -> str:
+    """vLLM's compute capability for a gfx target, as ``_capability_from_gcn_arch`` derives it: 'gfx942' -> '9.4'.
+
+    gfx9xx: major = first digit, minor = second (gfx90a -> 9.0); gfx1xxx: two-digit major. Raises ValueError on a
+    name that is not gfx followed by 2-4 digits.
+    """
+    m = re.match(r"gfx(\d+)", str(gfx).strip().lower())
+    if not m or not 2 <= len(m.group(1)) <= 4:
+        raise ValueError(f"'{gfx}' is not a gfx target like gfx942")
+    digits = m.group(1)
+    if len(digits) == 4:
+        return f"{int(digits[:2])}.{digits[2]}"
+    return f"{digits[0]}.{digits[1]}"
+
+
+# --- ROCm (vLLM 0.32/0.33 platforms/rocm.py; rules.VERIFIED "rocm:*") --------------------------------------------
+# RocmPlatform.supported_quantization, verbatim (identical in 0.32.0 and 0.33.0); vLLM's verify_quantization refuses
+# any other method on ROCm. The planner's "auto-round" is vLLM's "inc" method.
+ROCM_QUANTIZATION: tuple[str, ...] = (
+    "awq", "auto_awq", "awq_marlin", "gptq", "auto_gptq", "fp8", "deepseek_v4_fp8", "compressed-tensors",
+    "fbgemm_fp8", "inc", "quark", "mxfp4", "mxfp8", "torchao", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+    "modelopt_mixed", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "online", "gpt_oss_mxfp4",
+)
+ROCM_QUANT_ALIASES: dict[str, str] = {"auto-round": "inc"}
+
+
+def rocm_supports_quantization(method: str) -> bool:
+    """Whether vLLM's ROCm platform accepts this quantization method (planner name or vLLM name)."""
+    return ROCM_QUANT_ALIASES.get(method, method) in ROCM_QUANTIZATION
+
+
+def rocm_fp8_dtype(gfx: str) -> str:
+    """The FP8 type vLLM computes in on this gfx: e4m3fnuz on gfx94x (is_fp8_fnuz), OCP e4m3fn elsewhere."""
+    return "float8_e4m3fnuz" if "gfx94" in gfx else "float8_e4m3fn"
+
+
+def rocm_attention_backend(mla: bool) -> str:
+    """The backend vLLM's ROCm platform tries first with AITER off (VLLM_ROCM_USE_AITER defaults to False)."""
+    return "TRITON_MLA" if mla else "ROCM_ATTN"
+
+
+def rocm_fp8_kv_backends(mla: bool, kv_dtype: str) -> list[str]:
+    """ROCm backends whose supported_kv_cache_dtypes hold this fp8 KV dtype (AITER off): ROCM_ATTN and TRITON_ATTN
+    take fp8, fp8_e4m3 and fp8_e5m2; TRITON_MLA takes fp8 and fp8_e4m3."""
+    if mla:
+        return [] if kv_dtype == "fp8_e5m2" else ["TRITON_MLA"]
+    return ["ROCM_ATTN", "TRITON_ATTN"]
 
 
 def lookup_gpu(name: str) -> GpuSku | None:
@@ -123,8 +204,10 @@ CUBLAS_HANDLES_MIB = 60
 # --- Attention backends (vLLM 0.32 platforms/cuda.py priority; v1/attention/backends/*) ----------
 
 
-def attention_backend(cc: str, mla: bool) -> str:
-    """The backend vLLM 0.32 picks first on this compute capability (platforms/cuda.py:83-179)."""
+def attention_backend(cc: str, mla: bool, vendor: str = "nvidia") -> str:
+    """The backend vLLM 0.32 picks first on this compute capability (platforms/cuda.py:83-179; ROCm: rocm.py)."""
+    if vendor == "amd":
+        return rocm_attention_backend(mla)
     major, _minor = cc_tuple(cc)
     if mla:
         if major == 9:

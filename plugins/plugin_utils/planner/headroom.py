@@ -69,10 +69,11 @@ def utilization(gpu: Gpu, world: int, pol: Policy, rules: VersionRules, user: di
     if util < MIN_UTILIZATION:
         raise PlanError(f"{gpu.name}: only {util:.2f} of each GPU would be left for vLLM after "
                         f"{(outside + margin) / GIB:.1f} GiB of headroom: lower co_located_mib/instances_per_gpu")
-    reason = (f"{total / GIB:.1f} GiB GPU minus {CUDA_CONTEXT_MIB} MiB CUDA context"
+    context = ("HIP context (the CUDA figure: no public ROCm measurement)" if gpu.amd else "CUDA context")
+    reason = (f"{total / GIB:.1f} GiB GPU minus {CUDA_CONTEXT_MIB} MiB {context}"
               + (f", {CUBLAS_HANDLES_MIB} MiB cuBLAS handles (created before vLLM {rules.series}'s snapshot)"
                  if cublas else "")
-              + (f", {NCCL_COMMUNICATOR_MIB} MiB NCCL" if world > 1 else "")
+              + (f", {NCCL_COMMUNICATOR_MIB} MiB {'RCCL' if gpu.amd else 'NCCL'}" if world > 1 else "")
               + (f", {pol.co_located_mib + gpu.used_mib} MiB co-located" if pol.co_located_mib + gpu.used_mib else "")
               + f", {margin // MIB} MiB safety margin"
               + (f", shared by {n} instances" if n > 1 else "")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import PlanError, as_int
-from .hardware import cc_tuple, lookup_gpu
+from .hardware import cc_tuple, gfx_capability, lookup_gpu
 
 # --- Workload profiles --------------------------------------------------------------------------
 
@@ -127,6 +127,19 @@ class Gpu:
     used_mib: int = 0  # memory already used by other processes at plan time
     catalogued: bool = True  # False: the name is not in hardware.GPU_CATALOGUE (planned from the facts alone)
     shares_host_memory: bool = False  # unified memory (GB10): the host OS draws on the same pool
+    vendor: str = "nvidia"  # "amd": an AMD Instinct GPU, planned for vLLM's ROCm platform (nothing deploys it)
+    gfx: str = ""  # AMD: the gfx target (gfx942); compute_capability is vLLM's reading of it (9.4)
+
+    @property
+    def amd(self) -> bool:
+        """True for an AMD GPU (the ROCm platform's rules apply)."""
+        return self.vendor == "amd"
+
+    def amd_note(self) -> str:
+        """The plan's one line for an AMD GPU: what was planned, and that nothing here deploys it."""
+        return (f"{self.name} ({self.gfx or 'gfx unknown'}, cc {self.compute_capability} as vLLM's ROCm platform "
+                "reads it): planned for vLLM's ROCm build only; vllm-fleet's provisioning, image and deploy are "
+                "NVIDIA (CUDA), so run this plan with a ROCm vLLM image you provide")
 
     def uncatalogued_note(self) -> str:
         """The plan's note for a GPU the catalogue does not know ("" when it does)."""
@@ -154,6 +167,8 @@ class _RawGpu:
     cuda_version: Any
     used_mib: int
     cuda_visible_mib: int | None  # free + used as CUDA reports it, when the facts give both
+    vendor: Any = None  # "nvidia" | "amd" when the facts say (else the catalogue's, else nvidia)
+    gfx: Any = None  # AMD gfx target when the facts give it
 
 
 def _raw_from_gpu_list(facts: dict[str, Any], gpus: list[dict[str, Any]]) -> _RawGpu:
@@ -180,7 +195,8 @@ def _raw_from_gpu_list(facts: dict[str, Any], gpus: list[dict[str, Any]]) -> _Ra
                    count=len(usable), nvlink_domain=domain,
                    interconnect=str(facts.get("interconnect") or ("nvlink" if domain > 1 else "pcie")),
                    driver_version=facts.get("driver_version"), cuda_version=facts.get("cuda_version"),
-                   used_mib=used, cuda_visible_mib=visible)
+                   used_mib=used, cuda_visible_mib=visible, vendor=first.get("vendor") or facts.get("vendor"),
+                   gfx=first.get("gfx") or facts.get("gfx"))
 
 
 def _raw_from_shorthand(facts: dict[str, Any]) -> _RawGpu | None:
@@ -194,18 +210,20 @@ def _raw_from_shorthand(facts: dict[str, Any]) -> _RawGpu | None:
     domain = count if (sku_guess and sku_guess.nvlink_domain >= count) else (
         sku_guess.nvlink_domain if sku_guess else 1)
     interconnect = "pcie"
-    if domain > 1:  # the catalogue's class of the usual board (an NVSwitch HGX, NVLink bridges)
+    if domain > 1:  # the catalogue's class of the usual board (an NVSwitch HGX, NVLink bridges, Infinity Fabric)
         interconnect = sku_guess.interconnect if sku_guess and sku_guess.interconnect != "single" else "nvlink"
     return _RawGpu(name=name, memory_mib=facts.get("gpu_memory_mib"), compute_capability=facts.get("compute_capability"),
                    count=count, nvlink_domain=domain, interconnect=interconnect,
                    driver_version=facts.get("driver_version"), cuda_version=facts.get("cuda_version"),
-                   used_mib=0, cuda_visible_mib=None)
+                   used_mib=0, cuda_visible_mib=None, vendor=facts.get("vendor"), gfx=facts.get("gfx"))
 
 
 def gpu_from_facts(facts: dict[str, Any]) -> Gpu | None:
     """Build the GPU view from CONTRACT 1 facts (docs/architecture.md), or shorthand keys.
 
-    Shorthand (CLI): {"gpu_name", "gpu_count", "gpu_memory_mib", "compute_capability"}.
+    Shorthand (CLI): {"gpu_name", "gpu_count", "gpu_memory_mib", "compute_capability"[, "vendor", "gfx"]}.
+    AMD: a catalogued name ("AMD Instinct MI300X", "MI300X") is enough; otherwise ``vendor: amd`` with ``gfx``
+    (on the host or on each ``gpus`` entry) and the memory; the compute capability is derived from gfx as vLLM does.
     Returns None for the CPU lane (no GPU). A name the catalogue does not know is planned from the facts when they
     carry its memory and compute capability (``Gpu.catalogued`` is False and the plan notes it); without them it
     is refused with what to give.
@@ -216,6 +234,17 @@ def gpu_from_facts(facts: dict[str, Any]) -> Gpu | None:
         return None
     sku = lookup_gpu(raw.name)
     mem, cc = raw.memory_mib, raw.compute_capability
+    vendor = str(raw.vendor or (sku.vendor if sku else "nvidia")).lower()
+    if vendor not in ("nvidia", "amd"):
+        raise PlanError(f"GPU vendor '{raw.vendor}' is not nvidia or amd: give vendor: amd (with gfx: gfx942) "
+                        "for an AMD Instinct GPU, or leave it out for NVIDIA")
+    gfx = str(raw.gfx or (sku.gfx if sku and sku.vendor == vendor else "")).lower()
+    if vendor == "amd" and gfx and cc is None:
+        try:
+            cc = gfx_capability(gfx)
+        except ValueError:
+            raise PlanError(f"gfx '{raw.gfx}' is not a gfx target: give it as rocminfo prints it (gfx90a, "
+                            "gfx942, gfx950)") from None
     if mem is None:
         if sku is None:
             raise PlanError(f"unknown GPU '{raw.name}' and no memory figure: give --gpu-memory-mib "
@@ -223,13 +252,16 @@ def gpu_from_facts(facts: dict[str, Any]) -> Gpu | None:
         mem = sku.memory_mib
     if cc is None:
         if sku is None:
-            raise PlanError(f"unknown GPU '{raw.name}': give --compute-capability X.Y")
+            raise PlanError(f"unknown GPU '{raw.name}': give --compute-capability X.Y"
+                            + (" (or gfx: gfx942 in the facts)" if vendor == "amd" else ""))
         cc = sku.compute_capability
     mem_i = as_int(mem, "gpu memory (MiB)")
     if mem_i <= 1024:
         raise PlanError(f"GPU memory {mem_i} MiB is not plausible: give memory in MiB (e.g. 81559)")
-    # nvidia-smi's memory.total includes memory the driver reserves; CUDA sees total - reserved.
-    mem_i = raw.cuda_visible_mib if raw.cuda_visible_mib is not None else mem_i - DRIVER_RESERVED_MIB
+    # nvidia-smi's memory.total includes memory the driver reserves; CUDA sees total - reserved. AMD: the figure is
+    # already what ROCm reports (rocminfo's pool, amd-smi's VRAM total); no reservation is measured to subtract.
+    reserved = DRIVER_RESERVED_MIB if vendor == "nvidia" else 0
+    mem_i = raw.cuda_visible_mib if raw.cuda_visible_mib is not None else mem_i - reserved
     if raw.count <= 0:
         raise PlanError("gpu_count must be at least 1")
     try:
@@ -240,4 +272,5 @@ def gpu_from_facts(facts: dict[str, Any]) -> Gpu | None:
                nvlink_domain=max(1, min(raw.nvlink_domain, raw.count)), interconnect=raw.interconnect,
                driver_version=str(raw.driver_version) if raw.driver_version else None,
                cuda_version=str(raw.cuda_version) if raw.cuda_version else None, used_mib=raw.used_mib,
-               catalogued=sku is not None, shares_host_memory=bool(sku and sku.shares_host_memory))
+               catalogued=sku is not None, shares_host_memory=bool(sku and sku.shares_host_memory),
+               vendor=vendor, gfx=gfx)

@@ -7,7 +7,16 @@ from typing import Any
 
 from .decision import Decision
 from .errors import PlanError
-from .hardware import COMPRESSED_TENSORS_MIN_CC, QUANT_MIN_CC, QUANT_PLUGINS, cc_int, fp8_kv_backends
+from .hardware import (
+    COMPRESSED_TENSORS_MIN_CC,
+    QUANT_MIN_CC,
+    QUANT_PLUGINS,
+    cc_int,
+    fp8_kv_backends,
+    rocm_fp8_dtype,
+    rocm_fp8_kv_backends,
+    rocm_supports_quantization,
+)
 from .inputs import Gpu
 from .model import FP16_UNSAFE_MODEL_TYPES, ModelSpec, mtp_bytes_per_gpu, weights_bytes_per_gpu
 from .quant_formats import KNOWN_METHODS, Quantization
@@ -86,6 +95,7 @@ def _user_quantization(q: Quantization, gpu: Gpu | None, method: str, rules: Ver
     if method not in QUANT_MIN_CC:
         raise PlanError(f"--quantization {method} is not a method vLLM {rules.text} knows "
                         f"(e.g. {', '.join(sorted(QUANT_MIN_CC)[:6])}, ...)")
+    _check_rocm_method(gpu, method, "--quantization")
     floor = QUANT_MIN_CC[method]
     if gpu is not None and cc_int(gpu.compute_capability) < floor:
         raise PlanError(f"--quantization {method} needs compute capability {floor / 10:.1f}+, "
@@ -94,6 +104,13 @@ def _user_quantization(q: Quantization, gpu: Gpu | None, method: str, rules: Ver
     if q.method == "none" and method.startswith("fp8"):
         return Quantization(method=method, weight_bits=8.0, group_size=0)
     return q
+
+
+def _check_rocm_method(gpu: Gpu | None, method: str, what: str) -> None:
+    """Refuse on an AMD GPU a quantization method vLLM's ROCm platform does not list (rules "rocm:quantization")."""
+    if gpu is not None and gpu.amd and method != "none" and not rocm_supports_quantization(method):
+        raise PlanError(f"{what} {method} is not supported by vLLM on ROCm ({gpu.name}): use an FP8, AWQ, GPTQ, "
+                        "compressed-tensors, Quark or MXFP4 checkpoint (platforms/rocm.py supported_quantization)")
 
 
 def check_quantization(spec: ModelSpec, gpu: Gpu | None, user: str | None, rules: VersionRules,
@@ -112,6 +129,7 @@ def check_quantization(spec: ModelSpec, gpu: Gpu | None, user: str | None, rules
         # rules.VERIFIED quant:modelopt_legacy_method: 0.32 raises "Unknown ModelOpt quant algo" on this layout.
         raise PlanError(f"vLLM {rules.text} cannot read MIXED_PRECISION from hf_quant_config.json (0.33 can): "
                         "target vLLM 0.33, or move the quantization into config.json's quantization_config")
+    _check_rocm_method(gpu, q.method, "the checkpoint's quantization")
     floor = QUANT_MIN_CC.get(q.method, 75)
     if q.method == "compressed-tensors":
         floor = COMPRESSED_TENSORS_MIN_CC.get(q.scheme, 75)
@@ -121,7 +139,10 @@ def check_quantization(spec: ModelSpec, gpu: Gpu | None, user: str | None, rules
                         "use a bf16/fp16 or AWQ/GPTQ checkpoint")
     note = (f"{q.method} read from the checkpoint's {q.source.removeprefix('config.json ')}"
             f"{': ' + q.why if q.why else ''}; vLLM detects it (no flag needed)")
-    if q.method == "fp8" and gpu is not None and cc_int(gpu.compute_capability) < 89:
+    if gpu is not None and gpu.amd and ("fp8" in q.method or q.method in ("modelopt", "fbgemm_fp8")):
+        note += (f"; on {gpu.gfx} vLLM computes FP8 as {rocm_fp8_dtype(gpu.gfx)}"
+                 + (" (OCP e4m3fn weights are converted at load, same bytes)" if "gfx94" in gpu.gfx else ""))
+    if q.method == "fp8" and gpu is not None and not gpu.amd and cc_int(gpu.compute_capability) < 89:
         d.warnings.append(f"FP8 weights on cc {gpu.compute_capability} run weight-only through FP8-Marlin "
                           "(no FP8 tensor cores below 8.9)")
     d.note("quantization", note)
@@ -136,6 +157,14 @@ def kv_cache_dtype_bytes(spec: ModelSpec, gpu: Gpu | None, user: str | None, d: 
     if user not in KV_DTYPES:
         raise PlanError(f"--kv-cache-dtype {user} is not one of {', '.join(KV_DTYPES)}")
     if user.startswith("fp8"):
+        if gpu is not None and gpu.amd:
+            backends = rocm_fp8_kv_backends(spec.mla, user)
+            if not backends:
+                raise PlanError(f"--kv-cache-dtype {user} has no ROCm attention backend for this MLA model "
+                                "(TRITON_MLA takes fp8 and fp8_e4m3): use --kv-cache-dtype fp8")
+            d.set("kv-cache-dtype", user, f"set by you; runs on {', '.join(backends)} on ROCm, stored as "
+                  f"{'fp8_e5m2' if user == 'fp8_e5m2' else rocm_fp8_dtype(gpu.gfx)} on {gpu.gfx}")
+            return 1
         if gpu is not None:
             backends = fp8_kv_backends(gpu.compute_capability, spec.mla)
             if user == "fp8_e5m2":

@@ -9,7 +9,8 @@ the per-host tasks did, with the same one-line messages naming the host:
 
 1. inputs — ``inputs.check_host_inputs`` and ``machines.check_ports`` per host, the model path, the recorded facts
    file;
-2. facts — the file's content (CONTRACT 1), ``machines.check_facts_shape`` and ``machines.check_sku_match``;
+2. facts — the file's content (CONTRACT 1), ``machines.check_facts_shape``, ``amd.check_amd_host`` and
+   ``machines.check_sku_match``;
 3. multi-node groups from facts — ``multinode.check_multinode_facts``;
 4. the launch records — ``record.fleet_launch`` (plan memoised on identical inputs, layout, fleet checks).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import amd
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import (
     check_host_inputs,
     host_warnings,
@@ -119,6 +121,7 @@ def fleet_preflight(
             continue
         facts = state.get("facts")
         found = check_facts_shape(host, facts)
+        found = found or amd.check_amd_host(host, facts)  # AMD GPUs: planned, never deployed (preflight/amd.py)
         if not found:
             found = check_sku_match(host, dict(facts or {}), _sku(list(state.get("groups") or [])),
                                            variables.get("vllm_fleet_sku_match"))

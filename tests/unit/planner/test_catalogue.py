@@ -60,8 +60,10 @@ def test_every_entry_is_complete() -> None:
     assert len(keys) == len(set(keys))
     for sku in GPU_CATALOGUE:
         assert sku.memory_mib > 1024 and sku.bandwidth_gbs > 0, sku.key
-        assert sku.interconnect in ("nvswitch", "nvlink", "pcie", "single"), sku.key
-        assert (sku.nvlink_domain > 1) == (sku.interconnect in ("nvswitch", "nvlink")), sku.key
+        fabrics = ("infinity_fabric",) if sku.vendor == "amd" else ("nvswitch", "nvlink")
+        assert sku.interconnect in (*fabrics, "pcie", "single"), sku.key
+        assert (sku.nvlink_domain > 1) == (sku.interconnect in fabrics), sku.key
+        assert (sku.vendor == "amd") == bool(sku.gfx), sku.key
 
 
 def test_rtx_5090_with_its_memory_plans_from_the_catalogue() -> None:

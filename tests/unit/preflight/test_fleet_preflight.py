@@ -116,3 +116,16 @@ def test_host_files_hold_each_hosts_record_and_no_secret() -> None:
     # The last deploy's feedback is an observation, not an input: a re-run after a deploy writes the same bytes.
     fed = {**result, "inputs": {h: {**i, "feedback": {"status": "ok"}} for h, i in result["inputs"].items()}}
     assert host_files(fed) == files
+
+
+def test_an_amd_host_stops_at_facts_with_one_line() -> None:
+    """Recorded facts naming an AMD GPU (vendor/gfx, CONTRACT 1) are refused at the facts stage (preflight/amd.py),
+    not planned into a launch record the NVIDIA roles would fail on later."""
+    amd = _state("m", "h200-01", ["gpu_h200"])
+    for gpu in amd["facts"]["gpus"]:
+        gpu.update(name="AMD Instinct MI300X", vendor="amd", gfx="gfx942")
+    amd["facts"]["gpu_name"] = "AMD Instinct MI300X"
+    result = fleet_preflight({"m": amd, "a": _state("a", "h200-01", ["gpu_h200"])}, recorded=True, planning=True)
+    assert result["stage"] == "facts" and result["records"] == {}
+    assert len(result["errors"]) == 1
+    assert result["errors"][0].startswith("m: AMD Instinct MI300X (gfx942) is AMD: ")
