@@ -90,7 +90,8 @@ GPU_CATALOGUE: tuple[GpuSku, ...] = (
     GpuSku("V100-32", r"\bV100\b.*32\s*GB", 32768, "7.0", 8, "volta", 900, "nvlink"),
     GpuSku("V100", r"\bV100\b", 16384, "7.0", 8, "volta", 900, "nvlink"),
     GpuSku("GTX1080", r"GTX 1080", 8192, "6.1", 1, "pascal", 320, "pcie"),
-    # AMD Instinct (planning only; see AMD_CATALOGUE_SOURCES). The patterns allow vLLM's "AMD_Instinct_MI300X" (no \b at _). compute_capability: vLLM's ROCm platform derives it
+    # AMD Instinct (planning only; see AMD_CATALOGUE_SOURCES). The patterns allow vLLM's "AMD_Instinct_MI300X" (no \b at _).
+    # compute_capability: vLLM's ROCm platform derives it
     # from the gfx name (platforms/rocm.py _capability_from_gcn_arch, rules.VERIFIED "rocm:gfx_capability").
     GpuSku("MI355X", r"(?<![A-Z0-9])MI355X?(?![A-Z0-9])", 294912, "9.5", 8, "cdna4", 8000, "infinity_fabric",
            vendor="amd", gfx="gfx950"),

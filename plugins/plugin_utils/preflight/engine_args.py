@@ -207,7 +207,7 @@ def check_extra_args(host: str, extra: Any, pinned: Mapping[str, Any] | None = N
         kind = secret_kind(flag) if flag.startswith("-") else None
         if kind is not None:
             errors.append(secret_error(host, f"vllm_fleet_extra_args has {flag}, which", kind,
-                                        "vllm_fleet_extra_args", verb="takes"))
+                                       "vllm_fleet_extra_args", verb="takes"))
             skip_value = "=" not in text and len(words) == 1
             continue
         by_value = holds_secret(arg, secrets)

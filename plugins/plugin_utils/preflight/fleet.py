@@ -124,7 +124,7 @@ def fleet_preflight(
         found = found or amd.check_amd_host(host, facts)  # AMD GPUs: planned, never deployed (preflight/amd.py)
         if not found:
             found = check_sku_match(host, dict(facts or {}), _sku(list(state.get("groups") or [])),
-                                           variables.get("vllm_fleet_sku_match"))
+                                    variables.get("vllm_fleet_sku_match"))
         errors += found
         records[host] = {"sku": _sku(list(state.get("groups") or [])), "facts": facts,
                          "multinode_group": variables.get("vllm_fleet_multinode_group") or None}

@@ -73,8 +73,8 @@ def test_removed_names_follow_the_target_version() -> None:
     assert args_errors({"calculate_kv_scales": True}, "0.27.1") == []
     assert "not a vLLM 0.28 engine argument" in args_errors({"calculate_kv_scales": True}, "0.28.0")[0]
     host = check_host_inputs("h1", {"vllm_fleet_model": "/m", "vllm_fleet_api_key_required": False,
-                                       "vllm_fleet_vllm_version": "0.6.3.post1",
-                                       "vllm_fleet_engine_args": {"swap_space": 4}}, ["gpu_t4"])
+                                    "vllm_fleet_vllm_version": "0.6.3.post1",
+                                    "vllm_fleet_engine_args": {"swap_space": 4}}, ["gpu_t4"])
     assert host == []
 
 
