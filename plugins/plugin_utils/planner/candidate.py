@@ -20,6 +20,8 @@ from .memory import (
     cuda_graph_bytes,
     eplb_bytes_per_stage,
     kv_layout,
+    prefix_caching,
+    state_blocks_per_request,
     stage_kind_counts,
     weights_per_stage,
 )
@@ -60,7 +62,7 @@ class Candidate:
         while low < high:
             mid = (low + high + 1) // 2
             need = kv_layout(spec, self.layer_counts, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
-                             self.in_flight, self.draft_kv_per_token).needed_bytes_per_request
+                             self.in_flight, self.draft_kv_per_token, self.layout.state_blocks).needed_bytes_per_request
             if need <= max(self.memory.kv_cache, 0):
                 low = mid
             else:
@@ -114,6 +116,7 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     draft_w, draft_extra, draft_layers, query_len = _speculative(g, tp, pp, weights, stage_counts)
     non_torch = non_torch_bytes(rules, tp * pp * dp)
     in_flight = (2 if pp == 1 else pp) * tokens  # async scheduling (PP 1) keeps two batches in flight
+    state_blocks = state_blocks_per_request(spec, prefix_caching(ctx))
     expert_parallel = uses_expert_parallel(g, tp, pp)
     charged = rules.cudagraph_charged_to_budget
     num_blocks_min: int | None = None
@@ -127,7 +130,7 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
                                                 g.gpu.compute_capability, query_len, tokens)
         kv = budget - weights[s] - act - non_torch - (cg if charged else 0)
         layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight,
-                           draft_extra if last else 0)
+                           draft_extra if last else 0, state_blocks)
         blocks = max(kv, 0) // layout.bytes_per_block
         if num_blocks_min is None or blocks < num_blocks_min:
             num_blocks_min = blocks
