@@ -16,7 +16,7 @@ from .headroom import Utilization, utilization
 from .inputs import Gpu
 from .lora import describe as describe_lora
 from .lora import lora_bytes_per_stage
-from .memory import eplb_bytes_per_stage
+from .memory import describe_layout, eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
@@ -565,6 +565,8 @@ def _record_features(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
                "O3 is identical in this version")
     if "kv-cache-memory-bytes" in user:
         d.set("kv-cache-memory-bytes", user["kv-cache-memory-bytes"], "set by you: vLLM skips its utilisation budget")
+    if len(chosen.layout.groups) > 1 or spec.state is not None:
+        d.note("kv-cache-groups", describe_layout(spec, chosen.layout, chosen.tp, g.plan.rules.version))
     if spec.sliding_window:
         d.note("sliding-window", f"{spec.layer_kinds.count('sliding')} of {spec.num_layers} layers keep only "
                f"{spec.sliding_window} tokens: the hybrid KV manager sizes those layers by the window")

@@ -250,6 +250,27 @@ def stage_kind_counts(layer_kinds: tuple[str, ...], pp: int) -> tuple[LayerCount
     return tuple(result)
 
 
+#: Where vLLM builds the hybrid KV-cache layout, per release (issue 26, item 2).
+HYBRID_LAYOUT_SOURCES: dict[str, str] = {
+    "0.32": "block size platforms/interface.py:1086-1104, groups v1/core/kv_cache_utils.py:1362-1502, state blocks "
+            "v1/kv_cache_interface.py:1076-1082, tokens kv_cache_utils.py:1195-1227,2303-2311",
+    "0.33": "block size platforms/interface.py:1098-1116, groups v1/core/kv_cache_planning.py:416-540, state blocks "
+            "v1/kv_cache_interface.py:1135-1141, tokens kv_cache_utils.py:1061-1128",
+}
+
+
+def describe_layout(spec: ModelSpec, layout: KvLayout, tp: int, version: tuple[int, ...]) -> str:
+    """One line: the KV-cache groups, their blocks per request, the block size and the vLLM lines it follows."""
+    parts = ", ".join(f"{kind} {n} group{'s' if n > 1 else ''} x {blocks} block{'s' if blocks > 1 else ''}"
+                      for kind, n, blocks in layout.groups)
+    line = f"{parts} per request; {layout.group_size or 'all'} layers per group, block {layout.block_size} tokens"
+    if spec.state is not None and "mamba" in {k for k, _n, _b in layout.groups}:
+        mode = "align (prefix caching)" if layout.state_blocks > 1 else "none"
+        line += (f"; {spec.state.describe(tp)}, padded to the attention page; mamba_cache_mode {mode}")
+    key = "0.33" if version >= (0, 33, 0) else "0.32"
+    return f"{line} (vLLM {key}: {HYBRID_LAYOUT_SOURCES[key]})"
+
+
 def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_bytes: int,
               block_size: int, max_model_len: int, in_flight_tokens: int, extra_bytes_per_token: int = 0,
               state_blocks: int = 1) -> KvLayout:
