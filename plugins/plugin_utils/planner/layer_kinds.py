@@ -150,12 +150,13 @@ class StateShape:
     group_state: int = 0  # Mamba2: the conv dim counts 2 x n_groups x state_size
     mixer_params: int = 0  # parameters of one state layer's mixer (in/out projections, conv, norms)
 
-    def page_bytes(self, tp: int) -> int:
-        """Bytes one request's state takes in one layer on one GPU (MambaSpec.page_size_bytes, unpadded)."""
+    def page_bytes(self, tp: int, num_spec: int = 0) -> int:
+        """Bytes one request's state takes in one layer on one GPU (MambaSpec.page_size_bytes, unpadded); the conv
+        state keeps ``num_spec`` more positions under speculative decoding (mamba_utils.py ``num_spec``)."""
         conv_dim = self.conv_dim
         if self.kind == "mamba2" and self.n_groups % tp:
             conv_dim += 2 * (tp - self.n_groups) * self.group_state  # extra_groups_for_head_shards (n_groups 1)
-        conv = conv_dim // tp * self.conv_len * self.conv_bytes
+        conv = conv_dim // tp * (self.conv_len + num_spec) * self.conv_bytes
         ssm = self.heads // tp * self.head_elems * self.ssm_bytes
         return conv + ssm
 

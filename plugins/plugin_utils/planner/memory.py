@@ -273,7 +273,7 @@ def describe_layout(spec: ModelSpec, layout: KvLayout, tp: int, version: tuple[i
 
 def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_bytes: int,
               block_size: int, max_model_len: int, in_flight_tokens: int, extra_bytes_per_token: int = 0,
-              state_blocks: int = 1) -> KvLayout:
+              state_blocks: int = 1, num_spec: int = 0) -> KvLayout:
     """Bytes per block and blocks one max-length request needs, for the layers on one GPU.
 
     Uniform models form one group (bytes_per_block = sum of layer pages). Hybrid models bucket layers by
@@ -281,7 +281,8 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
     into groups of that size; bytes_per_block = group_size x page (kv_cache_utils.py:1362-1551).
     With state layers the attention block grows until one attention page holds a state page
     (platforms/interface.py:1057-1104 in 0.32: 16 x cdiv(state page, 16 x attention bytes per token)) and the state
-    page is padded to it; a state group holds ``state_blocks`` blocks per request (:func:`state_blocks_per_request`).
+    page is padded to it; a state group holds ``state_blocks`` blocks per request (:func:`state_blocks_per_request`),
+    plus ``num_spec`` speculative blocks, and its conv state ``num_spec`` more positions (layers/mamba/abstract.py:65-84).
     Chunked local layers hold cdiv(min(chunk + in flight, len), block) blocks (kv_cache_interface.py:810-837).
     ``extra_bytes_per_token``: a draft's full-attention layers of another width, in the one group of an all-full
     target (UniformTypeKVCacheSpecs: page sizes add up, :func:`.speculative.draft_kv`).
@@ -290,21 +291,22 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
     per_token = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes)
     if "mamba" in counts and len(counts) > 1:
         # Hybrid alignment: the attention block grows until one page holds the state page.
-        block_size = max(block_size, 16 * math.ceil(spec.state_page_bytes(tp) / (16 * per_token)))
+        block_size = max(block_size, 16 * math.ceil(spec.state_page_bytes(tp, num_spec) / (16 * per_token)))
+    held = state_blocks + num_spec  # blocks a request holds in each state group
     attn_page = per_token * block_size
     sw_tokens = min(spec.sliding_window - 1 + in_flight_tokens, max_model_len) if spec.sliding_window else 0
     chunk_tokens = min(spec.attention_chunk_size + in_flight_tokens, max_model_len)
     per_kind_blocks = {"full": math.ceil(max_model_len / block_size),
                        "sliding": math.ceil(sw_tokens / block_size) + 1 if spec.sliding_window else 0,
-                       "chunked": math.ceil(chunk_tokens / block_size), "mamba": state_blocks}
+                       "chunked": math.ceil(chunk_tokens / block_size), "mamba": held}
     if len(counts) == 1:
         kind = next(iter(counts))
         n = counts[kind]
         if kind == "mamba":
-            page = spec.state_page_bytes(tp)
-            return KvLayout(bytes_per_block=n * page, blocks_per_request=state_blocks,
-                            needed_bytes_per_request=n * page * state_blocks, block_size=block_size,
-                            state_blocks=state_blocks, groups=((kind, 1, state_blocks),))
+            page = spec.state_page_bytes(tp, num_spec)
+            return KvLayout(bytes_per_block=n * page, blocks_per_request=held,
+                            needed_bytes_per_request=n * page * held, block_size=block_size,
+                            state_blocks=state_blocks, groups=((kind, 1, held),))
         blocks = per_kind_blocks[kind]
         page_sum = n * attn_page + extra_bytes_per_token * block_size
         return KvLayout(bytes_per_block=page_sum, blocks_per_request=blocks,

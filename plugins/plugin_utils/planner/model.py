@@ -87,9 +87,9 @@ class ModelSpec:
     def attention_layers(self) -> int:
         return sum(1 for k in self.layer_kinds if k not in ("mamba", "mlp"))
 
-    def state_page_bytes(self, tp: int) -> int:
+    def state_page_bytes(self, tp: int, num_spec: int = 0) -> int:
         """One request's state in one state layer on one GPU (MambaSpec page, before the hybrid padding)."""
-        return self.state.page_bytes(tp) if self.state is not None else self.mamba_state_bytes
+        return self.state.page_bytes(tp, num_spec) if self.state is not None else self.mamba_state_bytes
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         """KV heads each TP rank stores: split, or replicated when TP > KV heads (config/model.py:1670)."""
