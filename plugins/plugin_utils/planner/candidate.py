@@ -62,7 +62,8 @@ class Candidate:
         while low < high:
             mid = (low + high + 1) // 2
             need = kv_layout(spec, self.layer_counts, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
-                             self.in_flight, self.draft_kv_per_token, self.layout.state_blocks).needed_bytes_per_request
+                             self.in_flight, self.draft_kv_per_token, self.layout.state_blocks,
+                             self.layout.num_spec).needed_bytes_per_request
             if need <= max(self.memory.kv_cache, 0):
                 low = mid
             else:
@@ -117,6 +118,9 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     non_torch = non_torch_bytes(rules, tp * pp * dp)
     in_flight = (2 if pp == 1 else pp) * tokens  # async scheduling (PP 1) keeps two batches in flight
     state_blocks = state_blocks_per_request(spec, prefix_caching(ctx))
+    # Under speculative decoding each state layer keeps k more conv positions and k more blocks
+    # (layers/mamba/abstract.py:65-84: num_speculative_blocks = num_speculative_tokens).
+    num_spec = ctx.speculative.num_tokens if ctx.speculative is not None and spec.state is not None else 0
     expert_parallel = uses_expert_parallel(g, tp, pp)
     charged = rules.cudagraph_charged_to_budget
     num_blocks_min: int | None = None
@@ -130,7 +134,7 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
                                                 g.gpu.compute_capability, query_len, tokens)
         kv = budget - weights[s] - act - non_torch - (cg if charged else 0)
         layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight,
-                           draft_extra if last else 0, state_blocks)
+                           draft_extra if last else 0, state_blocks, num_spec)
         blocks = max(kv, 0) // layout.bytes_per_block
         if num_blocks_min is None or blocks < num_blocks_min:
             num_blocks_min = blocks

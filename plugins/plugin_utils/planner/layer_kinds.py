@@ -160,9 +160,10 @@ class StateShape:
         ssm = self.heads // tp * self.head_elems * self.ssm_bytes
         return conv + ssm
 
-    def describe(self, tp: int) -> str:
-        return (f"{self.kind} state: conv {self.conv_dim // tp}x{self.conv_len} x {self.conv_bytes} B + "
-                f"{self.heads // tp}x{self.head_elems} x {self.ssm_bytes} B = {self.page_bytes(tp):,} B per layer")
+    def describe(self, tp: int, num_spec: int = 0) -> str:
+        return (f"{self.kind} state: conv {self.conv_dim // tp}x{self.conv_len + num_spec} x {self.conv_bytes} B + "
+                f"{self.heads // tp}x{self.head_elems} x {self.ssm_bytes} B = {self.page_bytes(tp, num_spec):,} B "
+                "per layer")
 
 
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "bfloat16": 2, "half": 2, "bf16": 2, "auto": 0}

@@ -212,6 +212,7 @@ class KvLayout:
     state_blocks: int = 1  # blocks one request holds in each state (mamba) group: 1, or 2 (+1) under prefix caching
     groups: tuple[tuple[str, int, int], ...] = ()  # (kind, groups of that kind, blocks per request in each)
     group_size: int = 0  # layers per group (hybrid); 0 for one uniform group
+    num_spec: int = 0  # speculative tokens the state layers keep room for
 
 
 def prefix_caching(ctx: PlanInputs) -> bool:
@@ -266,7 +267,9 @@ def describe_layout(spec: ModelSpec, layout: KvLayout, tp: int, version: tuple[i
     line = f"{parts} per request; {layout.group_size or 'all'} layers per group, block {layout.block_size} tokens"
     if spec.state is not None and "mamba" in {k for k, _n, _b in layout.groups}:
         mode = "align (prefix caching)" if layout.state_blocks > 1 else "none"
-        line += (f"; {spec.state.describe(tp)}, padded to the attention page; mamba_cache_mode {mode}")
+        line += f"; {spec.state.describe(tp, layout.num_spec)}, padded to the attention page; mamba_cache_mode {mode}"
+        if layout.num_spec:
+            line += f" + {layout.num_spec} speculative blocks"
     key = "0.33" if version >= (0, 33, 0) else "0.32"
     return f"{line} (vLLM {key}: {HYBRID_LAYOUT_SOURCES[key]})"
 
@@ -306,12 +309,12 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
             page = spec.state_page_bytes(tp, num_spec)
             return KvLayout(bytes_per_block=n * page, blocks_per_request=held,
                             needed_bytes_per_request=n * page * held, block_size=block_size,
-                            state_blocks=state_blocks, groups=((kind, 1, held),))
+                            state_blocks=state_blocks, groups=((kind, 1, held),), num_spec=num_spec)
         blocks = per_kind_blocks[kind]
         page_sum = n * attn_page + extra_bytes_per_token * block_size
         return KvLayout(bytes_per_block=page_sum, blocks_per_request=blocks,
                         needed_bytes_per_request=page_sum * blocks, block_size=block_size,
-                        state_blocks=state_blocks, groups=((kind, 1, blocks),))
+                        state_blocks=state_blocks, groups=((kind, 1, blocks),), num_spec=num_spec)
     smallest, largest = min(counts.values()), max(counts.values())
     group_size = largest if largest < 1.5 * smallest else smallest
     # Each group draws its blocks from the shared pool, padding included
@@ -321,4 +324,4 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
     bytes_per_block = group_size * attn_page
     return KvLayout(bytes_per_block=bytes_per_block, blocks_per_request=blocks_per_request,
                     needed_bytes_per_request=bytes_per_block * blocks_per_request, block_size=block_size,
-                    state_blocks=state_blocks, groups=groups, group_size=group_size)
+                    state_blocks=state_blocks, groups=groups, group_size=group_size, num_spec=num_spec)

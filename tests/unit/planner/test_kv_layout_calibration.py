@@ -74,3 +74,23 @@ def test_summary_by_kind_keeps_the_signed_worst() -> None:
     results = evaluate_layout(OBSERVATIONS, DATA.parent)
     results[0].error = -0.04
     assert summary_by_kind(results)["hybrid gated-delta"]["worst_error"] == -0.04
+
+
+def test_the_planner_builds_the_logged_layout_for_a_hybrid_with_mtp() -> None:
+    """plan() on Qwen3.6-27B, TP 2, fp8 KV, MTP with 3 tokens (club3090-594's settings): the MTP layer joins the
+    full-attention group (17 layers per group), the conv states keep 3 more positions, each state group holds
+    2 + 3 blocks: the same block size the log's layout needs."""
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import plan
+
+    from .planner_data import facts
+
+    obs = next(o for o in OBSERVATIONS if o.get("speculative_method") == "mtp")
+    config = json.loads((DATA.parent / obs["config"]).read_text())
+    _tokens, _conc, block, _kind = layout_prediction(obs, config)
+    result = plan(facts("h200x2"), config, vllm_version="0.33.0", engine_args={
+        "tensor_parallel_size": 2, "kv_cache_dtype": "fp8", "max_model_len": obs["max_model_len"],
+        "speculative_config": {"method": "mtp", "num_speculative_tokens": obs["num_speculative_tokens"]}})
+    assert result["prediction"]["block_size"] == block == 1600
+    groups = result["reasons"]["kv-cache-groups"]
+    assert groups.startswith("mamba 3 groups x 5 blocks, full 1 group x 164 blocks per request; 17 layers per group")
+    assert "+ 3 speculative blocks" in groups and "conv 5120x6" in groups

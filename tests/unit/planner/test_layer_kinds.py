@@ -114,3 +114,18 @@ def test_unknown_hybrid_conventions_are_refused_naming_the_field(field: str, val
         parse_model_config(cfg)
     with pytest.raises(PlanError, match=field):
         plan(facts("h200x2"), cfg)
+
+
+def test_the_cli_plans_nemotron_3_nano_on_one_h100(capsys) -> None:
+    """The path a user runs: `vllm-fleet plan --model DIR --gpu ...` (issue 26: it was sized as ~100 B and refused)."""
+    from vllm_fleet.cli import main
+
+    published = SOURCES["nemotron-3-nano-30b-a3b-bf16"]["published"]["params_total"]
+    assert main(["plan", "--model", str(ARCH / "nemotron-3-nano-30b-a3b-bf16"), "--gpu", "NVIDIA H100 80GB HBM3",
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["engine_args"]["tensor-parallel-size"] == 1
+    weights_gib = float(result["reasons"]["weights"].split(" GiB")[0])
+    assert weights_gib == pytest.approx(published * 2 / 1024**3, rel=0.01)
+    assert result["reasons"]["kv-cache-groups"].startswith("mamba 4 groups x 3 blocks, full 1 group x ")
+    assert result["prediction"]["block_size"] % 16 == 0 and result["prediction"]["block_size"] > 1000
