@@ -213,6 +213,7 @@ class KvLayout:
     groups: tuple[tuple[str, int, int], ...] = ()  # (kind, groups of that kind, blocks per request in each)
     group_size: int = 0  # layers per group (hybrid); 0 for one uniform group
     num_spec: int = 0  # speculative tokens the state layers keep room for
+    dcp: int = 1  # decode context parallel ranks the full-attention tokens are sharded over
 
 
 def prefix_caching(ctx: PlanInputs) -> bool:
@@ -276,7 +277,7 @@ def describe_layout(spec: ModelSpec, layout: KvLayout, tp: int, version: tuple[i
 
 def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_bytes: int,
               block_size: int, max_model_len: int, in_flight_tokens: int, extra_bytes_per_token: int = 0,
-              state_blocks: int = 1, num_spec: int = 0) -> KvLayout:
+              state_blocks: int = 1, num_spec: int = 0, dcp: int = 1) -> KvLayout:
     """Bytes per block and blocks one max-length request needs, for the layers on one GPU.
 
     Uniform models form one group (bytes_per_block = sum of layer pages). Hybrid models bucket layers by
@@ -287,6 +288,8 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
     page is padded to it; a state group holds ``state_blocks`` blocks per request (:func:`state_blocks_per_request`),
     plus ``num_spec`` speculative blocks, and its conv state ``num_spec`` more positions (layers/mamba/abstract.py:65-84).
     Chunked local layers hold cdiv(min(chunk + in flight, len), block) blocks (kv_cache_interface.py:810-837).
+    Decode context parallelism (``dcp`` > 1) shards a full-attention request's tokens over the DCP ranks: each holds
+    cdiv(cdiv(len, dcp), block) blocks (FullAttentionSpec.max_memory_usage_bytes, kv_cache_interface.py:602-607).
     ``extra_bytes_per_token``: a draft's full-attention layers of another width, in the one group of an all-full
     target (UniformTypeKVCacheSpecs: page sizes add up, :func:`.speculative.draft_kv`).
     """
@@ -299,7 +302,7 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
     attn_page = per_token * block_size
     sw_tokens = min(spec.sliding_window - 1 + in_flight_tokens, max_model_len) if spec.sliding_window else 0
     chunk_tokens = min(spec.attention_chunk_size + in_flight_tokens, max_model_len)
-    per_kind_blocks = {"full": math.ceil(max_model_len / block_size),
+    per_kind_blocks = {"full": math.ceil(math.ceil(max_model_len / dcp) / block_size),
                        "sliding": math.ceil(sw_tokens / block_size) + 1 if spec.sliding_window else 0,
                        "chunked": math.ceil(chunk_tokens / block_size), "mamba": held}
     if len(counts) == 1:
@@ -309,12 +312,12 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
             page = spec.state_page_bytes(tp, num_spec)
             return KvLayout(bytes_per_block=n * page, blocks_per_request=held,
                             needed_bytes_per_request=n * page * held, block_size=block_size,
-                            state_blocks=state_blocks, groups=((kind, 1, held),), num_spec=num_spec)
+                            state_blocks=state_blocks, groups=((kind, 1, held),), num_spec=num_spec, dcp=dcp)
         blocks = per_kind_blocks[kind]
         page_sum = n * attn_page + extra_bytes_per_token * block_size
         return KvLayout(bytes_per_block=page_sum, blocks_per_request=blocks,
                         needed_bytes_per_request=page_sum * blocks, block_size=block_size,
-                        state_blocks=state_blocks, groups=((kind, 1, blocks),), num_spec=num_spec)
+                        state_blocks=state_blocks, groups=((kind, 1, blocks),), num_spec=num_spec, dcp=dcp)
     smallest, largest = min(counts.values()), max(counts.values())
     group_size = largest if largest < 1.5 * smallest else smallest
     # Each group draws its blocks from the shared pool, padding included
@@ -324,4 +327,4 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
     bytes_per_block = group_size * attn_page
     return KvLayout(bytes_per_block=bytes_per_block, blocks_per_request=blocks_per_request,
                     needed_bytes_per_request=bytes_per_block * blocks_per_request, block_size=block_size,
-                    state_blocks=state_blocks, groups=groups, group_size=group_size, num_spec=num_spec)
+                    state_blocks=state_blocks, groups=groups, group_size=group_size, num_spec=num_spec, dcp=dcp)
