@@ -21,8 +21,8 @@ from .memory import (
     eplb_bytes_per_stage,
     kv_layout,
     prefix_caching,
-    state_blocks_per_request,
     stage_kind_counts,
+    state_blocks_per_request,
     weights_per_stage,
 )
 from .model import ModelSpec, moe_expert_shards, stage_layers

@@ -218,8 +218,8 @@ def state_shape(cfg: dict[str, Any], model_dtype_bytes: int, mamba_cache_dtype: 
         params = h * (2 * inter + 2 * groups * state + heads) + conv_dim * k + inter * h + inter + 3 * heads
         return StateShape(kind, conv_dim, k - 1, heads, hd * state, conv_b, ssm_b, groups, state, params)
     if kind == "mamba1":  # mamba1_state_shape: conv (I, K-1), ssm (I, N)
-        inter = int(cfg.get("intermediate_size") if model_type in ("mamba", "falcon_mamba") else 0) or \
-            int(cfg.get("mamba_expand") or cfg.get("expand") or 2) * h
+        own = cfg.get("intermediate_size") if model_type in ("mamba", "falcon_mamba") else None
+        inter = int(own or 0) or int(cfg.get("mamba_expand") or cfg.get("expand") or 2) * h
         state = int(cfg.get("mamba_d_state") or cfg.get("state_size") or 16)
         k = int(cfg.get("mamba_d_conv") or cfg.get("conv_kernel") or 4)
         rank = int(cfg.get("mamba_dt_rank") or cfg.get("time_step_rank") or -(-h // 16))
