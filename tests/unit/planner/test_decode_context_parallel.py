@@ -31,8 +31,8 @@ def h200x8() -> dict:
 
 def test_dcp_divides_the_blocks_a_request_needs_not_the_pool() -> None:
     base = plan(h200x8(), R1, vllm_version="0.33.0", engine_args={"tensor_parallel_size": 8, "max_model_len": 32768})
-    dcp = plan(h200x8(), R1, vllm_version="0.33.0", engine_args={"tensor_parallel_size": 8, "max_model_len": 32768,
-                                                                   "decode_context_parallel_size": 8})
+    args = {"tensor_parallel_size": 8, "max_model_len": 32768, "decode_context_parallel_size": 8}
+    dcp = plan(h200x8(), R1, vllm_version="0.33.0", engine_args=args)
     assert dcp["prediction"]["gpu_blocks"] == base["prediction"]["gpu_blocks"]
     block = base["prediction"]["block_size"]
     per_request = math.ceil(math.ceil(32768 / 8) / block)
@@ -43,8 +43,8 @@ def test_dcp_divides_the_blocks_a_request_needs_not_the_pool() -> None:
 
 
 def test_dcp_picks_only_tensor_parallel_sizes_it_divides() -> None:
-    result = plan(h200x8(), R1, vllm_version="0.33.0", engine_args={"decode_context_parallel_size": 8,
-                                                                      "max_model_len": 32768})
+    args = {"decode_context_parallel_size": 8, "max_model_len": 32768}
+    result = plan(h200x8(), R1, vllm_version="0.33.0", engine_args=args)
     assert result["engine_args"]["tensor-parallel-size"] == 8 and "data-parallel-size" not in result["engine_args"]
 
 
