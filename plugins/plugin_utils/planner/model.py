@@ -455,15 +455,20 @@ def mtp_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant
 #: per-module table: what the planner calls attention, dense MLP, routed experts, shared experts and Mamba mixers.
 _MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "attention": ("{p}.self_attn.q_proj", "{p}.self_attn.o_proj", "{p}.self_attn.qkv_proj",
-                  "{p}.self_attn.q_a_proj", "{p}.self_attn.kv_b_proj"),
+                  "{p}.self_attn.q_a_proj", "{p}.self_attn.kv_b_proj", "{p}.mixer.q_proj", "{p}.mixer.o_proj"),
     "mamba": ("{p}.linear_attn.in_proj_qkv", "{p}.linear_attn.out_proj", "{p}.linear_attn.in_proj_qkvz",
               "{p}.mixer.in_proj", "{p}.mixer.out_proj"),
-    "dense_mlp": ("{p}.mlp.gate_proj", "{p}.mlp.down_proj", "{p}.mlp.gate_up_proj"),
+    "dense_mlp": ("{p}.mlp.gate_proj", "{p}.mlp.down_proj", "{p}.mlp.gate_up_proj", "{p}.mixer.up_proj",
+                  "{p}.mixer.down_proj"),
     "experts": ("{p}.mlp.experts.0.gate_proj", "{p}.mlp.experts.0.down_proj", "{p}.mlp.experts",
-                "{p}.block_sparse_moe.experts.0.w1", "{p}.mlp.experts.gate_up_proj"),
+                "{p}.block_sparse_moe.experts.0.w1", "{p}.mlp.experts.gate_up_proj", "{p}.mixer.experts.0.up_proj",
+                "{p}.mixer.experts"),
     "shared": ("{p}.mlp.shared_experts.gate_proj", "{p}.mlp.shared_expert.gate_proj", "{p}.mlp.shared_experts",
-               "{p}.mlp.shared_expert"),
+               "{p}.mlp.shared_expert", "{p}.mixer.shared_experts.up_proj", "{p}.mixer.shared_experts"),
 }
+#: Checkpoints whose decoder layers live under another prefix (vLLM's model file names them so): Nemotron-H's
+#: ``backbone.layers.{i}.mixer.*`` (models/nemotron_h.py:588-616), the names its ModelOpt exclude_modules use.
+_LAYER_PREFIX = {"nemotron_h": "backbone.layers.{layer}"}
 
 
 @lru_cache(maxsize=65536)
@@ -474,6 +479,8 @@ def layer_module_bytes(spec: ModelSpec, q: Quantization, layer: int, kind: str,
     A module the checkpoint leaves unquantized keeps ``dense_bytes``; MXFP4 (gpt-oss) quantizes only the experts.
     """
     prefix = f"model.language_model.layers.{layer}" if spec.multimodal else f"model.layers.{layer}"
+    if spec.model_type in _LAYER_PREFIX:
+        prefix = _LAYER_PREFIX[spec.model_type].format(layer=layer)
 
     def rate(group: str) -> float:
         names = tuple(n.format(p=prefix) for n in _MODULE_NAMES[group])
