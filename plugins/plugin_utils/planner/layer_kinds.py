@@ -149,6 +149,7 @@ class StateShape:
     n_groups: int = 0
     group_state: int = 0  # Mamba2: the conv dim counts 2 x n_groups x state_size
     mixer_params: int = 0  # parameters of one state layer's mixer (in/out projections, conv, norms)
+    ssm_from_config: bool = False  # the temporal-state dtype is the config's own (not the conv state's)
 
     def page_bytes(self, tp: int, num_spec: int = 0) -> int:
         """Bytes one request's state takes in one layer on one GPU (MambaSpec.page_size_bytes, unpadded); the conv
@@ -195,6 +196,7 @@ def state_shape(cfg: dict[str, Any], model_dtype_bytes: int, mamba_cache_dtype: 
     conv_b = _dtype_bytes(mamba_cache_dtype, model_dtype_bytes)
     own = cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
     ssm_b = _dtype_bytes(mamba_ssm_cache_dtype, 0) or _dtype_bytes(own, 0) or conv_b
+    own_ssm = bool(_dtype_bytes(own, 0))
     h = int(cfg.get("hidden_size") or 0)
     if kind == "gated_delta":  # models/qwen3_next.py get_mamba_state_shape_from_config -> gated_delta_net_state_shape
         nk, nv = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
@@ -202,7 +204,8 @@ def state_shape(cfg: dict[str, Any], model_dtype_bytes: int, mamba_cache_dtype: 
         k = int(cfg.get("linear_conv_kernel_dim") or 4)
         conv_dim = dk * nk * 2 + dv * nv
         params = h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + conv_dim * k + nv * dv * h + 2 * nv
-        return StateShape(kind, conv_dim, k - 1, nv, dv * dk, conv_b, ssm_b, mixer_params=params)
+        return StateShape(kind, conv_dim, k - 1, nv, dv * dk, conv_b, ssm_b, mixer_params=params,
+                          ssm_from_config=own_ssm)
     if kind == "mamba2":  # models/nemotron_h.py:798-812 -> mamba2_state_shape
         heads = int(cfg.get("mamba_num_heads") or cfg.get("mamba_n_heads") or 0)
         hd = int(cfg.get("mamba_head_dim") or cfg.get("mamba_d_head") or 0)
@@ -216,7 +219,7 @@ def state_shape(cfg: dict[str, Any], model_dtype_bytes: int, mamba_cache_dtype: 
         inter = heads * hd
         conv_dim = inter + 2 * groups * state
         params = h * (2 * inter + 2 * groups * state + heads) + conv_dim * k + inter * h + inter + 3 * heads
-        return StateShape(kind, conv_dim, k - 1, heads, hd * state, conv_b, ssm_b, groups, state, params)
+        return StateShape(kind, conv_dim, k - 1, heads, hd * state, conv_b, ssm_b, groups, state, params, own_ssm)
     if kind == "mamba1":  # mamba1_state_shape: conv (I, K-1), ssm (I, N)
         own = cfg.get("intermediate_size") if model_type in ("mamba", "falcon_mamba") else None
         inter = int(own or 0) or int(cfg.get("mamba_expand") or cfg.get("expand") or 2) * h
@@ -224,7 +227,8 @@ def state_shape(cfg: dict[str, Any], model_dtype_bytes: int, mamba_cache_dtype: 
         k = int(cfg.get("mamba_d_conv") or cfg.get("conv_kernel") or 4)
         rank = int(cfg.get("mamba_dt_rank") or cfg.get("time_step_rank") or -(-h // 16))
         params = h * 2 * inter + inter * k + inter * (rank + 2 * state) + rank * inter + inter * state + inter * h
-        return StateShape(kind, inter, k - 1, inter, state, conv_b, ssm_b, mixer_params=params)
+        return StateShape(kind, inter, k - 1, inter, state, conv_b, ssm_b, mixer_params=params,
+                          ssm_from_config=own_ssm)
     # short_conv (LFM2): conv state (hidden, L_cache - 1), no temporal state (short_conv_state_shape)
     k = int(cfg.get("conv_L_cache") or 3)
     return StateShape(kind, h, k - 1, 0, 0, conv_b, ssm_b, mixer_params=h * 3 * h + h * k + h * h)

@@ -7,7 +7,7 @@ Standard library only, no I/O: the caller reads the files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -373,6 +373,24 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
         draft_vocab_size=int(cfg.get("draft_vocab_size") or 0),
     )
+
+
+_STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def with_user_state_dtypes(spec: ModelSpec, user: dict[str, Any]) -> ModelSpec:
+    """The spec with the user's ``--mamba-cache-dtype`` (conv state) / ``--mamba-ssm-cache-dtype`` (temporal state):
+    set by the user, they win over the config's own (model_executor/models/config.py:724-732, 864-873)."""
+    if spec.state is None:
+        return spec
+    conv = _STATE_DTYPE_BYTES.get(str(user.get("mamba-cache-dtype") or "auto"), 0)
+    ssm = _STATE_DTYPE_BYTES.get(str(user.get("mamba-ssm-cache-dtype") or "auto"), 0)
+    if not conv and not ssm:
+        return spec
+    # 'auto' temporal state: the config's own dtype, else the conv state's (layers/mamba/mamba_utils.py:98-110)
+    inherited = conv if conv and not spec.state.ssm_from_config else spec.state.ssm_bytes
+    state = replace(spec.state, conv_bytes=conv or spec.state.conv_bytes, ssm_bytes=ssm or inherited)
+    return replace(spec, state=state, mamba_state_bytes=state.page_bytes(1))
 
 
 def moe_expert_shards(tp: int, dp: int) -> int:

@@ -129,3 +129,16 @@ def test_the_cli_plans_nemotron_3_nano_on_one_h100(capsys) -> None:
     assert weights_gib == pytest.approx(published * 2 / 1024**3, rel=0.01)
     assert result["reasons"]["kv-cache-groups"].startswith("mamba 4 groups x 3 blocks, full 1 group x ")
     assert result["prediction"]["block_size"] % 16 == 0 and result["prediction"]["block_size"] > 1000
+
+
+@pytest.mark.parametrize(("engine_args", "conv", "ssm"), [
+    ({}, 2, 4),  # the config's mamba_ssm_cache_dtype float32; conv state in the model dtype
+    ({"mamba_ssm_cache_dtype": "bfloat16"}, 2, 2),  # the user's value wins (models/config.py:724-732)
+    ({"mamba_cache_dtype": "float32"}, 4, 4),
+])
+def test_the_users_mamba_cache_dtypes_win_and_resize_the_state(engine_args, conv, ssm) -> None:
+    result = plan(facts("h100x8_nvswitch"), config("nemotron-3-nano-30b-a3b-bf16"),
+                  engine_args=dict(engine_args, tensor_parallel_size=1))
+    page = 6144 * 3 * conv + 64 * 8192 * ssm
+    assert f"conv 6144x3 x {conv} B + 64x8192 x {ssm} B = {page:,} B per layer" in result["reasons"]["kv-cache-groups"]
+    assert result["prediction"]["block_size"] == 16 * -(-page // (16 * 2 * 2 * 128 * 2))
