@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .rules import KNOWN_DTYPES
+
 #: Where each convention is read (transformers config class -> the list vLLM's model file indexes per layer).
 CONVENTIONS: dict[str, str] = {
     "layer_types": "per-layer strings (Qwen3-Next/3.5, Gemma-3/4, LFM2, Llama-4, GPT-OSS); vLLM models/qwen3_next.py:668",
@@ -167,12 +169,10 @@ class StateShape:
                 "per layer")
 
 
-_DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "bfloat16": 2, "half": 2, "bf16": 2, "auto": 0}
-
-
-def _dtype_bytes(value: Any, default: int) -> int:
-    got = _DTYPE_BYTES.get(str(value).replace("torch.", "").lower(), 0) if value else 0
-    return got or default
+def dtype_bytes(value: Any, default: int = 0) -> int:
+    """Bytes of a state dtype named as vLLM / the config name it (``rules.KNOWN_DTYPES``); ``default`` for 'auto'."""
+    name = KNOWN_DTYPES.get(str(value).replace("torch.", "").lower(), "") if value else ""
+    return {"float32": 4, "float16": 2, "bfloat16": 2}.get(name, 0) or default
 
 
 def state_shape(cfg: dict[str, Any], model_dtype_bytes: int, mamba_cache_dtype: str = "auto",
@@ -193,10 +193,10 @@ def state_shape(cfg: dict[str, Any], model_dtype_bytes: int, mamba_cache_dtype: 
             kind = "short_conv"
         else:
             return None
-    conv_b = _dtype_bytes(mamba_cache_dtype, model_dtype_bytes)
+    conv_b = dtype_bytes(mamba_cache_dtype, model_dtype_bytes)
     own = cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
-    ssm_b = _dtype_bytes(mamba_ssm_cache_dtype, 0) or _dtype_bytes(own, 0) or conv_b
-    own_ssm = bool(_dtype_bytes(own, 0))
+    ssm_b = dtype_bytes(mamba_ssm_cache_dtype, 0) or dtype_bytes(own, 0) or conv_b
+    own_ssm = bool(dtype_bytes(own, 0))
     h = int(cfg.get("hidden_size") or 0)
     if kind == "gated_delta":  # models/qwen3_next.py get_mamba_state_shape_from_config -> gated_delta_net_state_shape
         nk, nv = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])

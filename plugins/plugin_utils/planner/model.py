@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .layer_kinds import LayerKindError, StateShape, layer_kinds, state_shape
+from .layer_kinds import LayerKindError, StateShape, dtype_bytes, layer_kinds, state_shape
 from .quant_formats import QuantFormatError, Quantization, parse_quantization
 
 
@@ -375,16 +375,13 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
     )
 
 
-_STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
 def with_user_state_dtypes(spec: ModelSpec, user: dict[str, Any]) -> ModelSpec:
     """The spec with the user's ``--mamba-cache-dtype`` (conv state) / ``--mamba-ssm-cache-dtype`` (temporal state):
     set by the user, they win over the config's own (model_executor/models/config.py:724-732, 864-873)."""
     if spec.state is None:
         return spec
-    conv = _STATE_DTYPE_BYTES.get(str(user.get("mamba-cache-dtype") or "auto"), 0)
-    ssm = _STATE_DTYPE_BYTES.get(str(user.get("mamba-ssm-cache-dtype") or "auto"), 0)
+    conv = dtype_bytes(user.get("mamba-cache-dtype"))
+    ssm = dtype_bytes(user.get("mamba-ssm-cache-dtype"))
     if not conv and not ssm:
         return spec
     # 'auto' temporal state: the config's own dtype, else the conv state's (layers/mamba/mamba_utils.py:98-110)
