@@ -3,18 +3,36 @@
 An observation is one JSON object (one per line in a ``.jsonl`` file): the configuration vLLM was
 started with and what it logged (``observed.kv_cache_tokens`` = "GPU KV cache size: N tokens").
 ``vllm-fleet calibrate OBSERVATIONS.jsonl --models MODEL_CONFIGS.json`` prints the error per case and the
-summary figures the planner is held to (median absolute error, worst over-prediction) on the V1 engine.
+summary figures the planner is held to (median absolute error, worst over-prediction) on the V1 engine, overall
+and per architecture kind.
+
+``vllm-fleet calibrate --kv-layout LAYOUT.jsonl`` replays start-ups whose log gives "Available KV cache memory":
+the planner's KV-cache layout alone (groups, block size, state pages: memory.kv_layout) turns that memory into
+blocks, concurrency and "GPU KV cache size" tokens, so the error is the layout's, not the memory model's. Each
+observation names its real config.json (``config``, relative to the observations file).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import lookup_gpu
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.memory import (
+    kind_counts,
+    kv_layout,
+    state_blocks_per_request,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import (
+    ModelConfigError,
+    ModelSpec,
+    parse_model_config,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     parse_version,
     rules_for,
@@ -33,6 +51,7 @@ class CaseResult:
     observed_kv_gib: float | None
     predicted_kv_gib: float | None
     note: str = ""
+    kind: str = ""  # architecture kind (architecture_kind)
 
     @property
     def current_engine(self) -> bool:
@@ -41,6 +60,29 @@ class CaseResult:
             return self.engine == "v1" and parse_version(self.version) >= (0, 10, 0)
         except ValueError:
             return False
+
+
+def architecture_kind(spec: ModelSpec) -> str:
+    """The kind a case is reported under: its KV-cache layout family."""
+    kinds = set(spec.layer_kinds)
+    if spec.state is not None:
+        return f"hybrid {spec.state.kind.replace('_', '-')}"
+    if "chunked" in kinds:
+        return "chunked local"
+    if "sliding" in kinds:
+        return "sliding window"
+    if spec.mla:
+        return "MLA"
+    if spec.multimodal:
+        return "multimodal"
+    return "MoE" if spec.is_moe else "dense"
+
+
+def _kind_of(model_config: dict[str, Any]) -> str:
+    try:
+        return architecture_kind(parse_model_config(model_config))
+    except ModelConfigError:
+        return "?"
 
 
 def _version(text: str) -> str:
@@ -107,7 +149,8 @@ def evaluate(observations: list[dict[str, Any]], model_configs: dict[str, dict[s
             predicted = int(result["prediction"]["kv_cache_tokens"])
             results.append(CaseResult(obs["id"], str(obs.get("engine")), version, tokens, predicted,
                                       (predicted - tokens) / tokens if tokens else None,
-                                      observed.get("kv_cache_gib"), result["prediction"]["kv_cache_gib"]))
+                                      observed.get("kv_cache_gib"), result["prediction"]["kv_cache_gib"],
+                                      kind=_kind_of(kwargs["model_config"])))
         except (PlanError, KeyError) as exc:
             results.append(CaseResult(obs["id"], str(obs.get("engine")), version, tokens, None, None,
                                       observed.get("kv_cache_gib"), None, note=str(exc)))
@@ -129,6 +172,26 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
     return {"current_engine": figures([r for r in results if r.current_engine]), "all": figures(results)}
 
 
+def _figures(errors: list[float]) -> dict[str, Any]:
+    return {"cases": len(errors), "median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
+            "worst_error": max(errors, key=abs) if errors else None}
+
+
+def summary_by_kind(rows: list[Any]) -> dict[str, dict[str, Any]]:
+    """Median |error| and the worst error (signed) per architecture kind, over the planned cases."""
+    kinds: dict[str, list[float]] = {}
+    for r in rows:
+        if r.error is not None:
+            kinds.setdefault(r.kind, []).append(r.error)
+    return {kind: _figures(errors) for kind, errors in sorted(kinds.items())}
+
+
+def _kind_lines(rows: list[Any]) -> list[str]:
+    return [f"  {kind}: {f['cases']} case{'s' if f['cases'] > 1 else ''}, median |error| "
+            f"{f['median_abs_error'] * 100:.1f}%, worst {f['worst_error'] * 100:+.1f}%"
+            for kind, f in summary_by_kind(rows).items()]
+
+
 def format_table(results: list[CaseResult]) -> str:
     lines = [f"{'case':46} {'eng':3} {'vLLM':8} {'observed':>10} {'predicted':>10} {'error':>8}  kv GiB obs/pred"]
     for r in results:
@@ -143,4 +206,81 @@ def format_table(results: list[CaseResult]) -> str:
         if f["median_abs_error"] is not None:
             lines.append(f"{label}: {f['planned']}/{f['cases']} planned, median |error| "
                          f"{f['median_abs_error'] * 100:.1f}%, worst over-prediction {f['max_overprediction'] * 100:+.1f}%")
+    lines.append("per kind (V1, vLLM >= 0.10):")
+    lines.extend(_kind_lines([r for r in results if r.current_engine]))
+    return "\n".join(lines)
+
+
+# --- The KV-cache layout alone, from the logged "Available KV cache memory" --------------------------------------
+
+_KV_BYTES = {"auto": 0, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass
+class LayoutResult:
+    case_id: str
+    kind: str
+    version: str
+    observed_tokens: int
+    predicted_tokens: int | None
+    error: float | None
+    observed_concurrency: float | None
+    predicted_concurrency: float | None
+    block_size: int | None
+    note: str = ""
+
+
+def layout_prediction(obs: dict[str, Any], config: dict[str, Any]) -> tuple[int, float, int, str]:
+    """(tokens, concurrency, block size, kind) the planner's layout gives for the logged available KV memory.
+
+    Blocks = available // bytes per block (kv_cache_utils.py), concurrency = blocks / blocks per request, tokens =
+    int(concurrency x max_model_len). Speculative decoding (``num_speculative_tokens``) widens the state pages and
+    adds state blocks; an MTP drafter's layers join the full-attention group (``mtp`` method).
+    """
+    spec = parse_model_config(config)
+    tp = int(obs.get("tp") or 1)
+    kv_bytes = _KV_BYTES[str(obs.get("kv_cache_dtype") or "auto")] or spec.dtype_bytes
+    num_spec = int(obs.get("num_speculative_tokens") or 0)
+    counts = dict(kind_counts(spec.layer_kinds))
+    if num_spec and obs.get("speculative_method") == "mtp":
+        counts["full"] = counts.get("full", 0) + spec.mtp_layers
+    prefix = bool(obs.get("enable_prefix_caching", True))
+    max_len = int(obs["max_model_len"])
+    in_flight = 2 * int(obs.get("max_num_batched_tokens") or 8192)
+    layout = kv_layout(spec, tuple(counts.items()), tp, kv_bytes, int(obs.get("block_size") or 16), max_len,
+                       in_flight, state_blocks=state_blocks_per_request(spec, prefix), num_spec=num_spec)
+    available = int(float(obs["observed"]["available_kv_gib"]) * 1024**3)
+    blocks = available // layout.bytes_per_block
+    concurrency = blocks / layout.blocks_per_request
+    return int(concurrency * max_len), concurrency, layout.block_size, architecture_kind(spec)
+
+
+def evaluate_layout(observations: list[dict[str, Any]], base: Path) -> list[LayoutResult]:
+    """Replay each observation's layout; ``config`` paths are relative to ``base``."""
+    results: list[LayoutResult] = []
+    for obs in observations:
+        observed = obs["observed"]
+        tokens = int(observed["kv_cache_tokens"])
+        version = _version(str(obs["vllm_version"]))
+        try:
+            config = json.loads((base / obs["config"]).read_text(encoding="utf-8"))
+            predicted, concurrency, block, kind = layout_prediction(obs, config)
+            results.append(LayoutResult(obs["id"], kind, version, tokens, predicted, (predicted - tokens) / tokens,
+                                        observed.get("max_concurrency"), round(concurrency, 2), block))
+        except (ModelConfigError, KeyError, OSError) as exc:
+            results.append(LayoutResult(obs["id"], "?", version, tokens, None, None, observed.get("max_concurrency"),
+                                        None, None, note=str(exc)))
+    return results
+
+
+def format_layout_table(results: list[LayoutResult]) -> str:
+    lines = [f"{'case':44} {'kind':20} {'vLLM':7} {'observed':>9} {'predicted':>9} {'error':>7}  conc obs/pred  block"]
+    for r in results:
+        err = f"{r.error * 100:+.2f}%" if r.error is not None else "n/a"
+        pred = str(r.predicted_tokens) if r.predicted_tokens is not None else "-"
+        lines.append(f"{r.case_id[:44]:44} {r.kind:20} {r.version:7} {r.observed_tokens:>9} {pred:>9} {err:>7}  "
+                     f"{r.observed_concurrency}/{r.predicted_concurrency}  {r.block_size}"
+                     + (f"  ({r.note})" if r.note else ""))
+    lines.append("per kind:")
+    lines.extend(_kind_lines(results))
     return "\n".join(lines)

@@ -95,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("calibrate", help="compare predictions with real vLLM start-up observations")
     c.add_argument("observations", help="JSON lines file of observations")
-    c.add_argument("--models", required=True, help="JSON object: model name -> config.json content")
+    c.add_argument("--models", help="JSON object: model name -> config.json content (start-up observations)")
+    c.add_argument("--kv-layout", action="store_true",
+                   help="the observations give 'Available KV cache memory': replay the KV-cache layout alone "
+                        "(each names its config.json, relative to the observations file)")
     c.add_argument("--json", action="store_true")
     return parser
 
@@ -223,6 +226,20 @@ def format_plan(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _calibrate_layout(args: argparse.Namespace, observations: list[dict[str, Any]]) -> int:
+    """``calibrate --kv-layout``: the KV-cache layout alone against logged available memory and tokens."""
+    from pathlib import Path
+
+    from vllm_fleet.calibration import evaluate_layout, format_layout_table, summary_by_kind
+
+    results = evaluate_layout(observations, Path(args.observations).resolve().parent)
+    if args.json:
+        print(json.dumps({"cases": [r.__dict__ for r in results], "by_kind": summary_by_kind(results)}, indent=2))
+    else:
+        print(format_layout_table(results))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -231,15 +248,21 @@ def main(argv: list[str] | None = None) -> int:
             result = run_plan(args)
             print(json.dumps(result, indent=2) if args.json else format_plan(result))
             return 0
-        from vllm_fleet.calibration import evaluate, format_table, summary
+        from vllm_fleet.calibration import evaluate, format_table, summary, summary_by_kind
 
         with open(args.observations, encoding="utf-8") as handle:
             observations = [json.loads(line) for line in handle if line.strip()]
+        if args.kv_layout:
+            return _calibrate_layout(args, observations)
+        if not args.models:
+            print("vllm-fleet calibrate: error: --models is required (or --kv-layout)", file=sys.stderr)
+            return 2
         with open(args.models, encoding="utf-8") as handle:
             models = json.load(handle)
         results = evaluate(observations, models)
         if args.json:
-            print(json.dumps({"cases": [r.__dict__ for r in results], "summary": summary(results)}, indent=2))
+            print(json.dumps({"cases": [r.__dict__ for r in results], "summary": summary(results),
+                              "by_kind": summary_by_kind(results)}, indent=2))
         else:
             print(format_table(results))
         return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .context import GpuInputs
+from .context import GpuInputs, PlanInputs
 from .errors import PlanError
 from .hardware import CUDA_CONTEXT_MIB, MIB
 from .lora import lora_bytes_per_stage
@@ -20,7 +20,9 @@ from .memory import (
     cuda_graph_bytes,
     eplb_bytes_per_stage,
     kv_layout,
+    prefix_caching,
     stage_kind_counts,
+    state_blocks_per_request,
     weights_per_stage,
 )
 from .model import ModelSpec, moe_expert_shards, stage_layers
@@ -60,7 +62,8 @@ class Candidate:
         while low < high:
             mid = (low + high + 1) // 2
             need = kv_layout(spec, self.layer_counts, self.tp, kv_dtype_bytes, self.layout.block_size, mid,
-                             self.in_flight, self.draft_kv_per_token).needed_bytes_per_request
+                             self.in_flight, self.draft_kv_per_token, self.layout.state_blocks,
+                             self.layout.num_spec, self.layout.dcp).needed_bytes_per_request
             if need <= max(self.memory.kv_cache, 0):
                 low = mid
             else:
@@ -78,6 +81,23 @@ def non_torch_bytes(rules: VersionRules, world: int) -> int:
     if rules.version < (0, 7, 0):
         non_torch += CUDA_CONTEXT_MIB * MIB  # 0.6.x measured non-torch memory from before the CUDA context
     return non_torch
+
+
+def decode_context_parallel(ctx: PlanInputs, tp: int) -> int:
+    """The user's ``decode_context_parallel_size`` (1 when unset), checked as vLLM checks it: DCP reuses the TP ranks,
+    so TP must be a multiple of it (config/parallel.py:590-596 in 0.32, :594-600 in 0.33); only full-attention
+    layers are planned sharded (the KV of sliding, chunked and state layers under DCP is not modelled: refused)."""
+    dcp = int(ctx.user.get("decode-context-parallel-size") or 1)
+    if dcp <= 1:
+        return 1
+    if tp % dcp:
+        raise PlanError(f"--decode-context-parallel-size {dcp} needs --tensor-parallel-size divisible by it (vLLM: "
+                        f"'tp_size={tp} must be divisible by dcp_size={dcp}'): set --tensor-parallel-size to a "
+                        f"multiple of {dcp}")
+    if any(k not in ("full", "mlp") for k in ctx.spec.layer_kinds):
+        raise PlanError("--decode-context-parallel-size on a model with sliding-window, chunked or state layers is "
+                        "not planned: leave it unset")
+    return dcp
 
 
 def uses_expert_parallel(g: GpuInputs, tp: int, pp: int) -> bool:
@@ -114,6 +134,11 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     draft_w, draft_extra, draft_layers, query_len = _speculative(g, tp, pp, weights, stage_counts)
     non_torch = non_torch_bytes(rules, tp * pp * dp)
     in_flight = (2 if pp == 1 else pp) * tokens  # async scheduling (PP 1) keeps two batches in flight
+    state_blocks = state_blocks_per_request(spec, prefix_caching(ctx))
+    # Under speculative decoding each state layer keeps k more conv positions and k more blocks
+    # (layers/mamba/abstract.py:65-84: num_speculative_blocks = num_speculative_tokens).
+    num_spec = ctx.speculative.num_tokens if ctx.speculative is not None and spec.state is not None else 0
+    dcp = decode_context_parallel(ctx, tp)
     expert_parallel = uses_expert_parallel(g, tp, pp)
     charged = rules.cudagraph_charged_to_budget
     num_blocks_min: int | None = None
@@ -127,7 +152,7 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
                                                 g.gpu.compute_capability, query_len, tokens)
         kv = budget - weights[s] - act - non_torch - (cg if charged else 0)
         layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight,
-                           draft_extra if last else 0)
+                           draft_extra if last else 0, state_blocks, num_spec, dcp)
         blocks = max(kv, 0) // layout.bytes_per_block
         if num_blocks_min is None or blocks < num_blocks_min:
             num_blocks_min = blocks

@@ -62,7 +62,7 @@ from .memory import (
     kind_counts,
     kv_layout,
 )
-from .model import ModelConfigError, ModelSpec, parse_model_config
+from .model import ModelConfigError, ModelSpec, parse_model_config, with_user_state_dtypes
 from .plan_types import Plan
 from .precision import reconcile_weights, resolve_precision
 from .rules import (
@@ -205,6 +205,7 @@ def plan_typed(
     prof = resolve_profile(profile)
     pol = policy if isinstance(policy, Policy) else policy_from_mapping(policy or {})
     user = normalise_engine_args(engine_args, rules)
+    spec = with_user_state_dtypes(spec, user)
     extra = tuple(str(a) for a in (extra_args or []))
     parse_extra_args(list(extra), rules)
     _notes(gpu, user, rules, d)

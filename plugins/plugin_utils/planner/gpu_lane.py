@@ -16,7 +16,7 @@ from .headroom import Utilization, utilization
 from .inputs import Gpu
 from .lora import describe as describe_lora
 from .lora import lora_bytes_per_stage
-from .memory import eplb_bytes_per_stage
+from .memory import describe_layout, eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
@@ -235,14 +235,14 @@ def gpu_inputs(ctx: PlanInputs, gpu: Gpu, d: Decision) -> GpuInputs:
 # --- Step 1: candidate layouts ------------------------------------------------------------------
 
 
-def _tp_candidates(spec: ModelSpec, gpus: int, sd: SpecDecode | None = None) -> list[int]:
+def _tp_candidates(spec: ModelSpec, gpus: int, sd: SpecDecode | None = None, dcp: int = 1) -> list[int]:
     """TP sizes that fit ``gpus`` (the host's, or one data-parallel rank's share), divide the heads and split or
-    evenly replicate the KV heads."""
+    evenly replicate the KV heads, and are a multiple of the decode-context-parallel size ``dcp``."""
     values = []
     for tp in TP_SIZES:
         if tp > gpus:
             break
-        if spec.num_heads % tp:
+        if spec.num_heads % tp or tp % dcp:
             continue
         if not spec.mla and tp >= spec.num_kv_heads and tp % spec.num_kv_heads:
             continue
@@ -257,7 +257,8 @@ def candidate_layouts(g: GpuInputs) -> list[tuple[int, int]]:
     if g.forced:
         return [(g.forced_tp or 1, g.forced_pp or 1)]
     spec, gpu = g.plan.spec, g.gpu
-    tps = _tp_candidates(spec, gpu.count // g.dp_local, g.plan.speculative)
+    tps = _tp_candidates(spec, gpu.count // g.dp_local, g.plan.speculative,
+                         int(g.plan.user.get("decode-context-parallel-size") or 1))
     if not tps:
         raise PlanError(f"no tensor-parallel size divides the model's {spec.num_heads} heads with "
                         f"{gpu.count} GPU(s): use a host with a GPU count that divides {spec.num_heads}")
@@ -380,7 +381,7 @@ def compare_moe_layouts(g: GpuInputs, pick: Pick, d: Decision) -> tuple[GpuInput
     tp_total = tp_cand.kv_tokens * replicas
     tp_label = _layout_label(tp_cand.tp, 1, uses_expert_parallel(g, tp_cand.tp, tp_cand.pp), replicas)
     best: tuple[int, GpuInputs, Pick, Settled] | None = None
-    for tp in _tp_candidates(ctx.spec, gpu.count, ctx.speculative):
+    for tp in _tp_candidates(ctx.spec, gpu.count, ctx.speculative, int(ctx.user.get("decode-context-parallel-size") or 1)):
         dp = gpu.count // tp
         if dp < 2 or gpu.count % tp:
             continue
@@ -565,6 +566,13 @@ def _record_features(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
                "O3 is identical in this version")
     if "kv-cache-memory-bytes" in user:
         d.set("kv-cache-memory-bytes", user["kv-cache-memory-bytes"], "set by you: vLLM skips its utilisation budget")
+    if chosen.layout.dcp > 1:
+        d.note("decode-context-parallel", f"set by you: each of the {chosen.layout.dcp} DCP ranks (inside TP "
+               f"{chosen.tp}) keeps 1/{chosen.layout.dcp} of a request's full-attention tokens, so a request needs "
+               f"{chosen.layout.blocks_per_request} blocks per GPU instead of about {chosen.layout.dcp}x that "
+               "(v1/kv_cache_interface.py:602-607 in 0.32, :643-648 in 0.33)")
+    if len(chosen.layout.groups) > 1 or spec.state is not None:
+        d.note("kv-cache-groups", describe_layout(spec, chosen.layout, chosen.tp, g.plan.rules.version))
     if spec.sliding_window:
         d.note("sliding-window", f"{spec.layer_kinds.count('sliding')} of {spec.num_layers} layers keep only "
                f"{spec.sliding_window} tokens: the hybrid KV manager sizes those layers by the window")

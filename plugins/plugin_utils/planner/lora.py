@@ -95,7 +95,7 @@ def layer_lora_bytes(spec: ModelSpec, slots: LoraSlots, tp: int, layer: int) -> 
     """Adapter bytes of one decoder layer on one GPU (all ``max_loras`` slots)."""
     h, t = spec.hidden_size, slots.targets
     elems = 0.0
-    if not spec.mla and spec.layer_kinds[layer] != "mamba":
+    if not spec.mla and spec.layer_kinds[layer] in ("full", "sliding", "chunked"):
         q_out = spec.num_heads * spec.head_dim
         kv_out = spec.kv_heads_per_gpu(tp) * spec.head_dim
         qkv = [o for name, o in (("q_proj", q_out // tp), ("k_proj", kv_out), ("v_proj", kv_out)) if name in t]
@@ -105,7 +105,7 @@ def layer_lora_bytes(spec: ModelSpec, slots: LoraSlots, tp: int, layer: int) -> 
             elems += _row(slots, tp, q_out, h)
     moe_layer = spec.is_moe and layer >= spec.dense_layers
     inter = spec.shared_expert_intermediate_size if moe_layer else spec.intermediate_size
-    if inter:
+    if inter and not (spec.single_block_layers and spec.layer_kinds[layer] != "mlp"):  # Nemotron-H: MLP blocks only
         mlp = [inter // tp for name in ("gate_proj", "up_proj") if name in t and spec.gated_mlp]
         if mlp:
             elems += _column(slots, tp, h, mlp)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from .hardware import CUBLAS_HANDLES_MIB, GIB, MIB, cc_tuple
 from .model import ModelSpec, mtp_bytes_per_gpu, stage_layers, weights_bytes_per_gpu
 from .quant_formats import Quantization
 from .rules import cudagraph_capture_sizes
 from .speculative import capture_sizes
+
+if TYPE_CHECKING:
+    from .context import PlanInputs
 
 # cuBLAS/cuBLASLt handles and workspaces: allocated after vLLM's snapshot (inside the budget) before 0.33; 0.33
 # creates them before it (outside the budget, with the CUDA context and NCCL): candidate.non_torch_bytes and
@@ -205,13 +209,35 @@ class KvLayout:
     blocks_per_request: int
     needed_bytes_per_request: int
     block_size: int
+    state_blocks: int = 1  # blocks one request holds in each state (mamba) group: 1, or 2 (+1) under prefix caching
+    groups: tuple[tuple[str, int, int], ...] = ()  # (kind, groups of that kind, blocks per request in each)
+    group_size: int = 0  # layers per group (hybrid); 0 for one uniform group
+    num_spec: int = 0  # speculative tokens the state layers keep room for
+    dcp: int = 1  # decode context parallel ranks the full-attention tokens are sharded over
+
+
+def prefix_caching(ctx: PlanInputs) -> bool:
+    """Whether vLLM runs with prefix caching: the user's ``enable_prefix_caching``, else the release default."""
+    value = ctx.user.get("enable-prefix-caching")
+    return bool(ctx.rules.prefix_caching_default if value is None else value)
+
+
+def state_blocks_per_request(spec: ModelSpec, prefix_caching: bool) -> int:
+    """Blocks one request holds in a state group (MambaSpec.max_memory_usage_bytes, v1/kv_cache_interface.py:1076-1082
+    in 0.32, :1135-1141 in 0.33): 1 with mamba_cache_mode 'none'; prefix caching (on by default) switches a hybrid to
+    'align' (model_executor/models/config.py:684-690) = 2 + a prefill checkpoint block for Mamba2 mixers
+    (layers/mamba/mamba_mixer2.py:1098-1108). Speculative blocks are not counted."""
+    if not prefix_caching:
+        return 1
+    return 3 if spec.state is not None and spec.state.kind == "mamba2" else 2
 
 
 def kind_counts(layer_kinds: tuple[str, ...] | list[str]) -> LayerCounts:
-    """Layer kinds -> ((kind, count), ...) in first-seen order."""
+    """Layer kinds that hold a cache -> ((kind, count), ...) in first-seen order (``mlp`` blocks hold none)."""
     counts: dict[str, int] = {}
     for kind in layer_kinds:
-        counts[kind] = counts.get(kind, 0) + 1
+        if kind != "mlp":
+            counts[kind] = counts.get(kind, 0) + 1
     return tuple(counts.items())
 
 
@@ -226,47 +252,79 @@ def stage_kind_counts(layer_kinds: tuple[str, ...], pp: int) -> tuple[LayerCount
     return tuple(result)
 
 
+#: Where vLLM builds the hybrid KV-cache layout, per release (issue 26, item 2).
+HYBRID_LAYOUT_SOURCES: dict[str, str] = {
+    "0.32": "block size platforms/interface.py:1086-1104, groups v1/core/kv_cache_utils.py:1362-1502, state blocks "
+            "v1/kv_cache_interface.py:1076-1082, tokens kv_cache_utils.py:1195-1227,2303-2311",
+    "0.33": "block size platforms/interface.py:1098-1116, groups v1/core/kv_cache_planning.py:416-540, state blocks "
+            "v1/kv_cache_interface.py:1135-1141, tokens kv_cache_utils.py:1061-1128",
+}
+
+
+def describe_layout(spec: ModelSpec, layout: KvLayout, tp: int, version: tuple[int, ...]) -> str:
+    """One line: the KV-cache groups, their blocks per request, the block size and the vLLM lines it follows."""
+    parts = ", ".join(f"{kind} {n} group{'s' if n > 1 else ''} x {blocks} block{'s' if blocks > 1 else ''}"
+                      for kind, n, blocks in layout.groups)
+    line = f"{parts} per request; {layout.group_size or 'all'} layers per group, block {layout.block_size} tokens"
+    if spec.state is not None and "mamba" in {k for k, _n, _b in layout.groups}:
+        mode = "align (prefix caching)" if layout.state_blocks > 1 else "none"
+        line += f"; {spec.state.describe(tp, layout.num_spec)}, padded to the attention page; mamba_cache_mode {mode}"
+        if layout.num_spec:
+            line += f" + {layout.num_spec} speculative blocks"
+    key = "0.33" if version >= (0, 33, 0) else "0.32"
+    return f"{line} (vLLM {key}: {HYBRID_LAYOUT_SOURCES[key]})"
+
+
 def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_bytes: int,
-              block_size: int, max_model_len: int, in_flight_tokens: int, extra_bytes_per_token: int = 0) -> KvLayout:
+              block_size: int, max_model_len: int, in_flight_tokens: int, extra_bytes_per_token: int = 0,
+              state_blocks: int = 1, num_spec: int = 0, dcp: int = 1) -> KvLayout:
     """Bytes per block and blocks one max-length request needs, for the layers on one GPU.
 
     Uniform models form one group (bytes_per_block = sum of layer pages). Hybrid models bucket layers by
     type; the group size is the smallest bucket (or the largest if < 1.5x the smallest), buckets split
     into groups of that size; bytes_per_block = group_size x page (kv_cache_utils.py:1362-1551).
+    With state layers the attention block grows until one attention page holds a state page
+    (platforms/interface.py:1057-1104 in 0.32: 16 x cdiv(state page, 16 x attention bytes per token)) and the state
+    page is padded to it; a state group holds ``state_blocks`` blocks per request (:func:`state_blocks_per_request`),
+    plus ``num_spec`` speculative blocks, and its conv state ``num_spec`` more positions (layers/mamba/abstract.py:65-84).
+    Chunked local layers hold cdiv(min(chunk + in flight, len), block) blocks (kv_cache_interface.py:810-837).
+    Decode context parallelism (``dcp`` > 1) shards a full-attention request's tokens over the DCP ranks: each holds
+    cdiv(cdiv(len, dcp), block) blocks (FullAttentionSpec.max_memory_usage_bytes, kv_cache_interface.py:602-607).
     ``extra_bytes_per_token``: a draft's full-attention layers of another width, in the one group of an all-full
     target (UniformTypeKVCacheSpecs: page sizes add up, :func:`.speculative.draft_kv`).
     """
-    attn_page = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes) * block_size
     counts = dict(layer_counts)
-    full_blocks = math.ceil(max_model_len / block_size)
+    per_token = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes)
+    if "mamba" in counts and len(counts) > 1:
+        # Hybrid alignment: the attention block grows until one page holds the state page.
+        block_size = max(block_size, 16 * math.ceil(spec.state_page_bytes(tp, num_spec) / (16 * per_token)))
+    held = state_blocks + num_spec  # blocks a request holds in each state group
+    attn_page = per_token * block_size
     sw_tokens = min(spec.sliding_window - 1 + in_flight_tokens, max_model_len) if spec.sliding_window else 0
-    sw_blocks = math.ceil(sw_tokens / block_size) + 1 if spec.sliding_window else 0
-    per_kind_blocks = {"full": full_blocks, "sliding": sw_blocks, "mamba": 1}
+    chunk_tokens = min(spec.attention_chunk_size + in_flight_tokens, max_model_len)
+    per_kind_blocks = {"full": math.ceil(math.ceil(max_model_len / dcp) / block_size),
+                       "sliding": math.ceil(sw_tokens / block_size) + 1 if spec.sliding_window else 0,
+                       "chunked": math.ceil(chunk_tokens / block_size), "mamba": held}
     if len(counts) == 1:
         kind = next(iter(counts))
         n = counts[kind]
         if kind == "mamba":
-            page = spec.mamba_state_bytes
-            return KvLayout(bytes_per_block=n * page, blocks_per_request=1, needed_bytes_per_request=n * page,
-                            block_size=block_size)
+            page = spec.state_page_bytes(tp, num_spec)
+            return KvLayout(bytes_per_block=n * page, blocks_per_request=held,
+                            needed_bytes_per_request=n * page * held, block_size=block_size,
+                            state_blocks=state_blocks, groups=((kind, 1, held),), num_spec=num_spec, dcp=dcp)
         blocks = per_kind_blocks[kind]
         page_sum = n * attn_page + extra_bytes_per_token * block_size
         return KvLayout(bytes_per_block=page_sum, blocks_per_request=blocks,
-                        needed_bytes_per_request=page_sum * blocks, block_size=block_size)
+                        needed_bytes_per_request=page_sum * blocks, block_size=block_size,
+                        state_blocks=state_blocks, groups=((kind, 1, blocks),), num_spec=num_spec, dcp=dcp)
     smallest, largest = min(counts.values()), max(counts.values())
     group_size = largest if largest < 1.5 * smallest else smallest
-    page = attn_page
-    if "mamba" in counts:
-        # Hybrid alignment: the attention block grows until one page holds the mamba state.
-        per_token = spec.kv_bytes_per_token_layer(tp, kv_dtype_bytes)
-        aligned = max(block_size, 16 * math.ceil(spec.mamba_state_bytes / (16 * per_token)))
-        block_size = aligned
-        page = per_token * block_size
-        full_blocks = math.ceil(max_model_len / block_size)
-        per_kind_blocks = {"full": full_blocks, "sliding": math.ceil(sw_tokens / block_size) + 1, "mamba": 1}
     # Each group draws its blocks from the shared pool, padding included
     # (kv_cache_utils.py _max_memory_usage_bytes_from_groups).
-    blocks_per_request = sum(math.ceil(n / group_size) * per_kind_blocks[kind] for kind, n in counts.items())
-    bytes_per_block = group_size * page
+    groups = tuple((kind, math.ceil(n / group_size), per_kind_blocks[kind]) for kind, n in counts.items())
+    blocks_per_request = sum(n_groups * blocks for _kind, n_groups, blocks in groups)
+    bytes_per_block = group_size * attn_page
     return KvLayout(bytes_per_block=bytes_per_block, blocks_per_request=blocks_per_request,
-                    needed_bytes_per_request=bytes_per_block * blocks_per_request, block_size=block_size)
+                    needed_bytes_per_request=bytes_per_block * blocks_per_request, block_size=block_size,
+                    state_blocks=state_blocks, groups=groups, group_size=group_size, num_spec=num_spec, dcp=dcp)

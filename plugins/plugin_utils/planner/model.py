@@ -7,10 +7,11 @@ Standard library only, no I/O: the caller reads the files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from .layer_kinds import LayerKindError, StateShape, dtype_bytes, layer_kinds, state_shape
 from .quant_formats import QuantFormatError, Quantization, parse_quantization
 
 
@@ -19,7 +20,7 @@ class ModelConfigError(ValueError):
 
 
 # Architectures whose MLP is not gated (two matrices instead of three).
-_NON_GATED_MLP = ("PhiForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM", "FalconForCausalLM",
+_NON_GATED_MLP = ("NemotronHForCausalLM", "PhiForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM", "FalconForCausalLM",
                   "GPTBigCodeForCausalLM", "OPTForCausalLM", "BloomForCausalLM", "StarCoder2ForCausalLM")
 # Models vLLM refuses to run in fp16 (they fall back to fp32 below sm80): config/model.py.
 FP16_UNSAFE_MODEL_TYPES = ("gemma2", "gemma3", "gemma3_text", "glm4")
@@ -43,8 +44,13 @@ class ModelSpec:
     tie_word_embeddings: bool
     max_model_len: int  # derived limit (positions x rope scaling)
     torch_dtype: str  # "bfloat16", "float16", "float32"
-    layer_kinds: tuple[str, ...]  # per layer: "full", "sliding", "mamba"
+    layer_kinds: tuple[str, ...]  # per layer: "full", "sliding", "chunked", "mamba", "mlp" (layer_kinds.py)
     sliding_window: int = 0
+    attention_chunk_size: int = 0  # Llama-4 chunked local attention (the "chunked" layers)
+    # Nemotron-H: every layer is ONE block (a mixer or an MLP/MoE), not attention + MLP
+    single_block_layers: bool = False
+    state: StateShape | None = None  # the state layers' cache shape (layer_kinds.state_shape), None without any
+    layer_convention: str = ""  # the config field the layer kinds came from
     gated_mlp: bool = True
     # MoE
     num_experts: int = 0
@@ -79,7 +85,11 @@ class ModelSpec:
 
     @property
     def attention_layers(self) -> int:
-        return sum(1 for k in self.layer_kinds if k != "mamba")
+        return sum(1 for k in self.layer_kinds if k not in ("mamba", "mlp"))
+
+    def state_page_bytes(self, tp: int, num_spec: int = 0) -> int:
+        """One request's state in one state layer on one GPU (MambaSpec page, before the hybrid padding)."""
+        return self.state.page_bytes(tp, num_spec) if self.state is not None else self.mamba_state_bytes
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         """KV heads each TP rank stores: split, or replicated when TP > KV heads (config/model.py:1670)."""
@@ -123,13 +133,15 @@ class ModelSpec:
         h = self.hidden_size
         mats = 3 if self.gated_mlp else 2
         if self.is_moe and layer >= self.dense_layers:
-            experts = self.num_experts * 3 * h * self.moe_intermediate_size
-            shared = 3 * h * self.shared_expert_intermediate_size
+            experts = self.num_experts * mats * h * self.moe_intermediate_size
+            shared = mats * h * self.shared_expert_intermediate_size
             router = h * self.num_experts
             return experts / (expert_shards or tp), shared / tp + router
         return 0.0, mats * h * self.intermediate_size / tp
 
     def mamba_params_per_layer(self, tp: int = 1) -> float:
+        if self.state is not None and self.state.mixer_params:
+            return self.state.mixer_params / tp
         return 3.0 * self.hidden_size * 2 * self.hidden_size / tp
 
     def embedding_params(self, tp: int = 1) -> tuple[float, float]:
@@ -181,28 +193,25 @@ def _quantization(cfg: dict[str, Any]) -> Quantization:
         raise ModelConfigError(str(exc)) from None
 
 
-def _layer_kinds(cfg: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], int]:
+def _layer_kinds(cfg: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], int, str]:
+    """(kind per layer, sliding window, the convention read): :func:`layer_kinds.layer_kinds` for every per-layer
+    convention vLLM reads, else one sliding window for all layers (Mistral-style) or all full attention."""
     window = int(cfg.get("sliding_window") or 0)
-    kinds_raw = cfg.get("layer_types") or cfg.get("layers_block_type")
-    if isinstance(kinds_raw, list) and len(kinds_raw) == n_layers:
-        kinds = []
-        for kind in kinds_raw:
-            k = str(kind).lower()
-            if "sliding" in k or k == "local":
-                kinds.append("sliding")
-            elif any(t in k for t in ("mamba", "linear", "ssm", "conv")):
-                kinds.append("mamba")
-            else:
-                kinds.append("full")
+    try:
+        kinds, convention = layer_kinds(cfg, n_layers)
+    except LayerKindError as exc:
+        raise ModelConfigError(str(exc)) from None
+    if kinds:
         if "sliding" in kinds and not window:
             raise ModelConfigError("config.json has sliding-attention layers but no 'sliding_window'")
-        return tuple(kinds), window
+        return kinds, (window if "sliding" in kinds else 0), convention
     pattern = cfg.get("sliding_window_pattern")
     if window and isinstance(pattern, int) and pattern > 1:  # Gemma 3: every Nth layer is global
-        return tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)), window
+        kinds = tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers))
+        return kinds, window, "sliding_window_pattern"
     if window and cfg.get("use_sliding_window", True) and cfg.get("model_type") not in ("qwen2", "qwen3"):
-        return ("sliding",) * n_layers, window
-    return ("full",) * n_layers, 0
+        return ("sliding",) * n_layers, window, "sliding_window"
+    return ("full",) * n_layers, 0, ""
 
 
 def _unwrap(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], bool]:
@@ -278,7 +287,8 @@ def _moe(cfg: dict[str, Any], intermediate: int) -> _Moe:
     num_experts = int(_get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0)
     experts_per_tok = int(_get(cfg, "num_experts_per_tok", "moe_topk", "top_k", default=0) or 0)
     moe_inter = int(_get(cfg, "moe_intermediate_size", default=0) or (intermediate if num_experts else 0))
-    shared_inter = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
+    shared_inter = int(_get(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+                            default=0) or 0)
     if not shared_inter and cfg.get("n_shared_experts"):
         shared_inter = int(cfg["n_shared_experts"]) * moe_inter
     dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0)
@@ -319,10 +329,11 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
     shape = _shape(cfg)
     dtype = _torch_dtype(cfg, outer)
     tie = bool(_get(cfg, "tie_word_embeddings", default=outer.get("tie_word_embeddings", False)))
-    kinds, window = _layer_kinds(cfg, shape.num_layers)
+    kinds, window, convention = _layer_kinds(cfg, shape.num_layers)
     moe = _moe(cfg, shape.intermediate_size)
     kv_lora = int(cfg.get("kv_lora_rank") or 0)
-    mamba_state = _mamba_state_bytes(cfg, kinds, shape.hidden_size)
+    state = state_shape(cfg, 4 if dtype == "float32" else 2) if "mamba" in kinds else None
+    mamba_state = state.page_bytes(1) if state is not None else _mamba_state_bytes(cfg, kinds, shape.hidden_size)
     vision_params = _vision_params(outer, shape.hidden_size)
     return ModelSpec(
         architecture=architecture,
@@ -339,6 +350,10 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         torch_dtype=dtype,
         layer_kinds=kinds,
         sliding_window=window,
+        attention_chunk_size=int(cfg.get("attention_chunk_size") or 0) if "chunked" in kinds else 0,
+        single_block_layers="mlp" in kinds,
+        state=state,
+        layer_convention=convention,
         gated_mlp=architecture not in _NON_GATED_MLP,
         num_experts=moe.num_experts,
         experts_per_token=moe.experts_per_token,
@@ -358,6 +373,21 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
         draft_vocab_size=int(cfg.get("draft_vocab_size") or 0),
     )
+
+
+def with_user_state_dtypes(spec: ModelSpec, user: dict[str, Any]) -> ModelSpec:
+    """The spec with the user's ``--mamba-cache-dtype`` (conv state) / ``--mamba-ssm-cache-dtype`` (temporal state):
+    set by the user, they win over the config's own (model_executor/models/config.py:724-732, 864-873)."""
+    if spec.state is None:
+        return spec
+    conv = dtype_bytes(user.get("mamba-cache-dtype"))
+    ssm = dtype_bytes(user.get("mamba-ssm-cache-dtype"))
+    if not conv and not ssm:
+        return spec
+    # 'auto' temporal state: the config's own dtype, else the conv state's (layers/mamba/mamba_utils.py:98-110)
+    inherited = conv if conv and not spec.state.ssm_from_config else spec.state.ssm_bytes
+    state = replace(spec.state, conv_bytes=conv or spec.state.conv_bytes, ssm_bytes=ssm or inherited)
+    return replace(spec, state=state, mamba_state_bytes=state.page_bytes(1))
 
 
 def moe_expert_shards(tp: int, dp: int) -> int:
@@ -440,15 +470,20 @@ def mtp_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant
 #: per-module table: what the planner calls attention, dense MLP, routed experts, shared experts and Mamba mixers.
 _MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "attention": ("{p}.self_attn.q_proj", "{p}.self_attn.o_proj", "{p}.self_attn.qkv_proj",
-                  "{p}.self_attn.q_a_proj", "{p}.self_attn.kv_b_proj"),
+                  "{p}.self_attn.q_a_proj", "{p}.self_attn.kv_b_proj", "{p}.mixer.q_proj", "{p}.mixer.o_proj"),
     "mamba": ("{p}.linear_attn.in_proj_qkv", "{p}.linear_attn.out_proj", "{p}.linear_attn.in_proj_qkvz",
               "{p}.mixer.in_proj", "{p}.mixer.out_proj"),
-    "dense_mlp": ("{p}.mlp.gate_proj", "{p}.mlp.down_proj", "{p}.mlp.gate_up_proj"),
+    "dense_mlp": ("{p}.mlp.gate_proj", "{p}.mlp.down_proj", "{p}.mlp.gate_up_proj", "{p}.mixer.up_proj",
+                  "{p}.mixer.down_proj"),
     "experts": ("{p}.mlp.experts.0.gate_proj", "{p}.mlp.experts.0.down_proj", "{p}.mlp.experts",
-                "{p}.block_sparse_moe.experts.0.w1", "{p}.mlp.experts.gate_up_proj"),
+                "{p}.block_sparse_moe.experts.0.w1", "{p}.mlp.experts.gate_up_proj", "{p}.mixer.experts.0.up_proj",
+                "{p}.mixer.experts"),
     "shared": ("{p}.mlp.shared_experts.gate_proj", "{p}.mlp.shared_expert.gate_proj", "{p}.mlp.shared_experts",
-               "{p}.mlp.shared_expert"),
+               "{p}.mlp.shared_expert", "{p}.mixer.shared_experts.up_proj", "{p}.mixer.shared_experts"),
 }
+#: Checkpoints whose decoder layers live under another prefix (vLLM's model file names them so): Nemotron-H's
+#: ``backbone.layers.{i}.mixer.*`` (models/nemotron_h.py:588-616), the names its ModelOpt exclude_modules use.
+_LAYER_PREFIX = {"nemotron_h": "backbone.layers.{layer}"}
 
 
 @lru_cache(maxsize=65536)
@@ -459,6 +494,8 @@ def layer_module_bytes(spec: ModelSpec, q: Quantization, layer: int, kind: str,
     A module the checkpoint leaves unquantized keeps ``dense_bytes``; MXFP4 (gpt-oss) quantizes only the experts.
     """
     prefix = f"model.language_model.layers.{layer}" if spec.multimodal else f"model.layers.{layer}"
+    if spec.model_type in _LAYER_PREFIX:
+        prefix = _LAYER_PREFIX[spec.model_type].format(layer=layer)
 
     def rate(group: str) -> float:
         names = tuple(n.format(p=prefix) for n in _MODULE_NAMES[group])
@@ -477,11 +514,15 @@ def _layer_bytes(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: boo
     The router stays in the checkpoint dtype (vLLM builds MoE gates without a quant_config).
     """
     mixer_b, dense_b, experts_b, shared_b = rates
-    if kind == "mamba":
+    if kind == "mlp":  # Nemotron-H MLP / MoE block: no mixer
+        total = 0.0
+    elif kind == "mamba":
         total = spec.mamba_params_per_layer(tp) * mixer_b
     else:
         split, repl = spec.attention_params_per_layer(tp)
         total = (split + repl) * mixer_b
+    if spec.single_block_layers and kind != "mlp":  # Nemotron-H mixer block: no MLP
+        return total + spec.hidden_size * dense_bytes
     experts, dense = spec.mlp_params_per_layer(layer, tp, expert_shards)
     if moe_layer:
         router = spec.hidden_size * spec.num_experts

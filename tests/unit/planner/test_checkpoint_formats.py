@@ -183,3 +183,16 @@ def test_total_size_is_used_and_a_large_difference_is_a_warning() -> None:
     assert not any("total_size" in w for w in close["warnings"])
     bf16_sized = plan(facts("h100x8_nvswitch"), config, weights_total_bytes=int(estimate * 1.9))
     assert any("differ by -47.4%" in w and "uses total_size" in w for w in bf16_sized["warnings"])
+
+
+def test_nemotron_h_exclusions_match_its_backbone_module_names() -> None:
+    """nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4 excludes backbone.layers.N.mixer.* (vLLM's names for Nemotron-H,
+    models/nemotron_h.py): attention layer 5 and mamba layer 4 stay bf16, mamba layer 0 and the MoE blocks are NVFP4."""
+    spec = spec_of("nemotron-3-nano-30b-a3b-nvfp4")
+    q = spec.quantization
+    assert (q.method, q.source) == ("modelopt_fp4", "hf_quant_config.json (ModelOpt layout)")
+    assert spec.layer_kinds[4:7] == ("mamba", "full", "mlp")
+    assert layer_module_bytes(spec, q, 5, "full", 2.0)[0] == 2.0
+    assert layer_module_bytes(spec, q, 4, "mamba", 2.0)[0] == 2.0
+    assert layer_module_bytes(spec, q, 0, "mamba", 2.0)[0] == 0.5625
+    assert layer_module_bytes(spec, q, 6, "mlp", 2.0)[2] == 0.5625
