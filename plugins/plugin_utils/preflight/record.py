@@ -36,7 +36,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.network im
     check_group_reachability,
     node_network,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import ModelFilesError, load_model
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
+    ModelFilesError,
+    load_model,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report, startup
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import (
     ImageChecker,

@@ -24,7 +24,7 @@ from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.engine_args import vllm_rules
 
-__all__ = ["ATTENTION_BACKENDS", "CHECKS", "QUANT_MIN_CAPABILITY", "check_groups", "check_host", "check_plan"]
+__all__ = ["ATTENTION_BACKENDS", "CHECKS", "DEPRECATED_QUANTIZATION", "check_groups", "check_host", "check_plan"]
 
 # vllm/v1/attention/backends/registry.py AttentionBackendEnum (0.32.0:34, 0.33.0:34): the names
 # ``--attention-backend`` accepts; anything else is "Unknown attention backend" (registry.py:29).
@@ -40,34 +40,18 @@ _BACKENDS_032 = (
     "TURBOQUANT", "ULTRAQUANT", "CUSTOM",
 )
 #: 0.33 adds ROCM_FLASHMLA_SPARSE_DSV41, FLASH_ATTN_MLA_SPARSE_FA4, STEP5_DSA and ROCM_OCTAVE.
-_BACKENDS_033 = _BACKENDS_032 + ("ROCM_FLASHMLA_SPARSE_DSV41", "FLASH_ATTN_MLA_SPARSE_FA4", "STEP5_DSA",
-                                 "ROCM_OCTAVE")
+_BACKENDS_033 = (*_BACKENDS_032, "ROCM_FLASHMLA_SPARSE_DSV41", "FLASH_ATTN_MLA_SPARSE_FA4", "STEP5_DSA", "ROCM_OCTAVE")
 ATTENTION_BACKENDS: dict[str, tuple[str, ...]] = {"0.32": _BACKENDS_032, "0.33": _BACKENDS_033}
-
-#: ``get_min_capability()`` of the quantization methods (vllm/model_executor/layers/quantization/*.py), by the
-#: name vLLM resolves the checkpoint's ``quant_method`` to; vllm/config/vllm.py:898 (0.32) refuses a GPU below it.
-#: Same numbers in 0.33 (the lines move: modelopt.py 446/769/1202 -> 450/773/1233).
-_MIN_CAP_032: dict[str, int] = {
-    "awq": 75, "awq_marlin": 75,          # auto_awq.py:234 (AutoAWQConfig serves both, quantization/__init__.py:157)
-    "gptq": 60, "gptq_marlin": 60,        # auto_gptq.py:183
-    "fp8": 75,                            # fp8.py:147
-    "fbgemm_fp8": 80,                     # fbgemm_fp8.py:67
-    "experts_int8": 80,                   # experts_int8.py:43
-    "fp_quant": 100,                      # fp_quant.py:64
-    "modelopt": 80,                       # modelopt.py:446 (ModelOpt FP8)
-    "modelopt_fp4": 75,                   # modelopt.py:769
-    "modelopt_mxfp8": 80,                 # modelopt.py:1202
-    "moe_wna16": 70,                      # moe_wna16.py:111
-    "mxfp4": 80, "gpt_oss_mxfp4": 80,     # mxfp4.py:72
-    "torchao": 75,                        # torchao.py:161
-}
-QUANT_MIN_CAPABILITY: dict[str, dict[str, int]] = {"0.32": _MIN_CAP_032, "0.33": dict(_MIN_CAP_032)}
 
 #: What a checkpoint's ``quant_method`` may be served as when pinned differently: vLLM asks each method's
 #: ``override_quantization_method`` (vllm/config/model.py:1416-1436) and only these accept the pin.
 _OVERRIDES: dict[str, tuple[str, ...]] = {
-    "awq": ("awq_marlin",), "gptq": ("gptq_marlin",), "mxfp4": ("gpt_oss_mxfp4",), "fp8": ("fbgemm_fp8",),
+    "awq": ("awq_marlin",), "gptq": ("gptq_marlin",), "mxfp4": ("gpt_oss_mxfp4",),
 }
+#: vllm/model_executor/layers/quantization/__init__.py DEPRECATED_QUANTIZATION_METHODS (0.32.0:52, 0.33.0:52):
+#: refused unless ``allow_deprecated_quantization`` (vllm/config/model.py:1467 in 0.32).
+DEPRECATED_QUANTIZATION: dict[str, tuple[str, ...]] = {"0.32": ("fbgemm_fp8", "fp_quant"),
+                                                       "0.33": ("fbgemm_fp8", "fp_quant")}
 #: Methods that read a quantization config from the checkpoint (vllm/model_executor/model_loader/weight_utils.py
 #: get_quant_config: "Cannot find the config file for <method>" when the checkpoint has none, :375 in 0.32).
 _CHECKPOINT_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors", "modelopt", "modelopt_fp4",
@@ -92,17 +76,6 @@ def _pin(args: Mapping[str, Any], name: str) -> Any:
     if name in args:
         return args[name]
     return args.get(name.replace("_", "-"))
-
-
-def _capability(facts: Mapping[str, Any]) -> int | None:
-    gpus = facts.get("gpus") if isinstance(facts, Mapping) else None
-    caps = []
-    for gpu in gpus if isinstance(gpus, list) else []:
-        text = str(gpu.get("compute_capability") or "") if isinstance(gpu, Mapping) else ""
-        major, _, minor = text.partition(".")
-        if major.isdigit() and minor.isdigit():
-            caps.append(int(major) * 10 + int(minor))
-    return min(caps) if caps else None
 
 
 def _checkpoint_quant(config: Mapping[str, Any]) -> str | None:
@@ -144,17 +117,14 @@ def quantization_matches_checkpoint(host: str, ctx: Mapping[str, Any]) -> list[s
             f"vllm_fleet_engine_args.quantization (vLLM reads {ckpt} from the checkpoint) or set it to {ckpt}"]
 
 
-def quantization_min_capability(host: str, ctx: Mapping[str, Any]) -> list[str]:
+def quantization_not_deprecated(host: str, ctx: Mapping[str, Any]) -> list[str]:
     pinned = _pin(ctx["args"], "quantization")
     method = pinned if isinstance(pinned, str) and pinned else _checkpoint_quant(ctx["config"])
-    need = QUANT_MIN_CAPABILITY[ctx["series"]].get(str(method)) if method else None
-    have = _capability(ctx["facts"])
-    if need is None or have is None or have >= need:
+    if method not in DEPRECATED_QUANTIZATION[ctx["series"]] or _pin(ctx["args"], "allow_deprecated_quantization"):
         return []
-    gpu = ctx["facts"].get("gpu_name") or "its GPU"
-    return [f"{host}: vLLM would refuse it: 'The quantization method {method} is not supported for the current GPU. "
-            f"Minimum capability: {need}. Current capability: {have}.' ({gpu}): use a checkpoint in a format this "
-            f"GPU runs (or an unquantized one), or move the model to a host with compute capability {need / 10:.1f}+"]
+    return [f"{host}: vLLM {ctx['series']} would refuse it: 'The quantization method {method} is deprecated and will "
+            "be removed in future versions of vLLM. To bypass, set `--allow-deprecated-quantization`.': use a "
+            "checkpoint in a current format, or pin vllm_fleet_engine_args.allow_deprecated_quantization: true"]
 
 
 def attention_backend_exists(host: str, ctx: Mapping[str, Any]) -> list[str]:
@@ -274,7 +244,7 @@ def _scheduler(host: str, args: Mapping[str, Any], *, pinned: bool) -> list[str]
 CHECKS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
     "scheduler_pins": scheduler_pins,
     "quantization_matches_checkpoint": quantization_matches_checkpoint,
-    "quantization_min_capability": quantization_min_capability,
+    "quantization_not_deprecated": quantization_not_deprecated,
     "attention_backend_exists": attention_backend_exists,
     "expert_parallel_needs_moe": expert_parallel_needs_moe,
     "eplb_needs_expert_parallel": eplb_needs_expert_parallel,
