@@ -130,6 +130,9 @@ def quantization_not_deprecated(host: str, ctx: Mapping[str, Any]) -> list[str]:
 def attention_backend_exists(host: str, ctx: Mapping[str, Any]) -> list[str]:
     backend = _pin(ctx["args"], "attention_backend")
     config = ctx["args"].get("attention_config")
+    if backend is not None and isinstance(config, Mapping) and config.get("backend") is not None:
+        return [f"{host}: vLLM would refuse it: 'attention_backend and attention_config.backend are mutually "
+                "exclusive': pin one of them in vllm_fleet_engine_args, not both"]
     if backend is None and isinstance(config, Mapping):
         backend = config.get("backend")
     if backend is None:
@@ -167,18 +170,34 @@ def lora_cpu_slots(host: str, ctx: Mapping[str, Any]) -> list[str]:
             f"vllm_fleet_engine_args.max_cpu_loras to {loras} or more, or remove it (it defaults to max_loras)"]
 
 
-def decode_context_parallel_gqa(host: str, ctx: Mapping[str, Any]) -> list[str]:
+def decode_context_parallel(host: str, ctx: Mapping[str, Any]) -> list[str]:
+    """ParallelConfig (tp divisible by dcp) then ModelConfig.verify_with_parallel_config's GQA rules, in vLLM's
+    order; prefill context parallelism (not planned) is left to vLLM."""
     dcp = _int(_pin(ctx["args"], "decode_context_parallel_size")) or 1
-    cfg = ctx["config"].get("text_config") if isinstance(ctx["config"].get("text_config"), Mapping) else ctx["config"]
-    if dcp <= 1 or cfg.get("kv_lora_rank"):  # MLA models are exempt (vllm/config/model.py:1574)
+    if dcp <= 1 or (_int(_pin(ctx["args"], "prefill_context_parallel_size")) or 1) > 1:
         return []
     tp = _int(_pin(ctx["args"], "tensor_parallel_size")) or 1
-    kv = _int(cfg.get("num_key_value_heads")) or _int(cfg.get("num_attention_heads")) or 0
-    if kv and tp <= kv:
+    fix = "remove vllm_fleet_engine_args.decode_context_parallel_size"
+    if tp % dcp:
+        return [f"{host}: vLLM would refuse it: 'tp_size={tp} must be divisible by dcp_size={dcp}.': {fix}, or pin a "
+                "tensor_parallel_size it divides"]
+    cfg = ctx["config"].get("text_config") if isinstance(ctx["config"].get("text_config"), Mapping) else ctx["config"]
+    heads = _int(cfg.get("num_attention_heads")) or 0
+    kv = _int(cfg.get("num_key_value_heads")) or heads
+    if cfg.get("kv_lora_rank") or not kv:  # MLA models are exempt (vllm/config/model.py:1565 in 0.32)
+        return []
+    if tp <= kv:
         return [f"{host}: vLLM would refuse it: 'Decode context parallelism for GQA/MQA requires "
                 f"`--tensor-parallel-size` ({tp}) to be greater than the model's total number of KV heads ({kv}).': "
-                "remove vllm_fleet_engine_args.decode_context_parallel_size, or raise tensor_parallel_size above "
-                f"{kv}"]
+                f"{fix}, or raise tensor_parallel_size above {kv}"]
+    if dcp > tp // kv:
+        return [f"{host}: vLLM would refuse it: '`--decode-context-parallel-size` ({dcp}) exceeds the maximum "
+                f"supported value ({tp // kv}) for `--tensor-parallel-size` ({tp}) and {kv} model KV heads.': lower "
+                f"it to {tp // kv} or {fix}"]
+    if (heads // kv) % dcp:
+        return [f"{host}: vLLM would refuse it: \"The model's number of query heads per KV head ({heads // kv}) must "
+                f"be divisible by `--decode-context-parallel-size` ({dcp}) for GQA/MQA.\": {fix}, or pin one that "
+                f"divides {heads // kv}"]
     return []
 
 
@@ -249,7 +268,7 @@ CHECKS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
     "expert_parallel_needs_moe": expert_parallel_needs_moe,
     "eplb_needs_expert_parallel": eplb_needs_expert_parallel,
     "lora_cpu_slots": lora_cpu_slots,
-    "decode_context_parallel_gqa": decode_context_parallel_gqa,
+    "decode_context_parallel": decode_context_parallel,
     "container_env_device_visibility": container_env_device_visibility,
     "container_env_port": container_env_port,
 }

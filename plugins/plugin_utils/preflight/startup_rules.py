@@ -10,8 +10,11 @@ and line in each version's source (``.cache/vllm-src/<version>``, ``make vllm-sr
 - ``check``: the preflight check or planner rule that refuses the same input before any host changes, as
   ``<package>.<module>:<function>`` under ``plugins/plugin_utils`` (``preflight.startup`` holds the ones this
   inventory added), or
-- ``reason``: why preflight cannot decide it before the container starts (it needs the GPU, the weights, vLLM's
-  model registry) or why vllm-fleet never produces the input.
+- ``reason`` and ``kind``: why preflight does not refuse it. ``at_start``: only known when the container starts
+  (the GPU's free memory, its kernels, NCCL, what vLLM resolves at start); ``vllm_code``: decided by vLLM's model
+  registry or model code, not by anything in config.json; ``not_planned``: decidable in principle, but about an
+  option vllm-fleet does not plan or never writes (P/D KV transfer, watermarking, NUMA binding, ...), so vLLM's
+  own words at start are the refusal.
 
 tests/unit/preflight/test_startup_rules.py fails when an entry has neither (or both), when a named check does not
 exist, or when vLLM's words are no longer at the cited line. docs/preflight.md gives the counts.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["RULES", "StartupRule", "counts"]
+__all__ = ["KINDS", "RULES", "StartupRule", "counts"]
 
 
 class StartupRule(NamedTuple):
@@ -31,6 +34,7 @@ class StartupRule(NamedTuple):
     words: str
     where: dict[str, str]  # vLLM version -> "vllm/<file>.py:<line>"
     check: str = ""
+    kind: str = ""  # at_start | vllm_code | not_planned, with reason
     reason: str = ""
 
 
@@ -75,6 +79,7 @@ RULES: tuple[StartupRule, ...] = (
         'lora.dual_stream_cuda_only',
         'Dual CUDA streams are only supported on CUDA platforms',
         {"0.32.0": 'vllm/config/lora.py:128', "0.33.0": 'vllm/config/lora.py:129'},
+        kind='not_planned',
         reason=(
             'set by VLLM_LORA_ENABLE_DUAL_STREAM; preflight refuses unknown and removed VLLM_* but '
             "does not model this knob: vLLM's own words suffice at start"
@@ -120,6 +125,7 @@ RULES: tuple[StartupRule, ...] = (
         'model.pp_supported_model',
         'Pipeline parallelism is not supported for this model',
         {"0.32.0": 'vllm/config/model.py:1561', "0.33.0": 'vllm/config/model.py:1574'},
+        kind='vllm_code',
         reason=(
             "needs vLLM's model registry (SupportsPP per architecture class): not in config.json; "
             'vLLM refuses at start with its own words'
@@ -129,27 +135,25 @@ RULES: tuple[StartupRule, ...] = (
         'model.dcp_gqa_tp_above_kv_heads',
         'Decode context parallelism for GQA/MQA requires',
         {"0.32.0": 'vllm/config/model.py:1570', "0.33.0": 'vllm/config/model.py:1583'},
-        check='preflight.startup:decode_context_parallel_gqa',
+        check='preflight.startup:decode_context_parallel',
     ),
     StartupRule(
         'model.dcp_max_size',
         'exceeds the maximum',
         {"0.32.0": 'vllm/config/model.py:1581', "0.33.0": 'vllm/config/model.py:1594'},
-        reason=(
-            'reached only after dcp_gqa_tp_above_kv_heads passes; the planner does not lay out decode'
-            ' context parallelism (left to vLLM)'
-        ),
+        check='preflight.startup:decode_context_parallel',
     ),
     StartupRule(
         'model.dcp_q_per_kv',
         "The model's number of query heads per KV head",
         {"0.32.0": 'vllm/config/model.py:1590', "0.33.0": 'vllm/config/model.py:1603'},
-        reason='as dcp_max_size: decode context parallelism layouts are not planned',
+        check='preflight.startup:decode_context_parallel',
     ),
     StartupRule(
         'model.hc_sp_cuda',
         '--enable-hc-sp currently requires CUDA',
         {"0.32.0": 'vllm/config/model.py:1538', "0.33.0": 'vllm/config/model.py:1551'},
+        kind='vllm_code',
         reason=(
             "needs the registry's per-architecture support list (is_hc_sp_supported_model): not "
             'decidable from config.json'
@@ -171,6 +175,7 @@ RULES: tuple[StartupRule, ...] = (
         'model.fp16_unsupported_model',
         'does not support float16. Reason:',
         {"0.32.0": 'vllm/config/model.py:2399', "0.33.0": 'vllm/config/model.py:2417'},
+        kind='vllm_code',
         reason=(
             "the per-model-type float16 ban list lives in vLLM's model code "
             "(_FLOAT16_NOT_SUPPORTED_MODELS); preflight only plans dtype for sm<80 with the planner's"
@@ -181,6 +186,7 @@ RULES: tuple[StartupRule, ...] = (
         'model.runner_pooling',
         'This model does not support `--runner pooling`',
         {"0.32.0": 'vllm/config/model.py:723', "0.33.0": 'vllm/config/model.py:734'},
+        kind='not_planned',
         reason=(
             'pooling runners are not deployed by vllm-fleet (generate only): the option is not '
             'planned'
@@ -190,6 +196,7 @@ RULES: tuple[StartupRule, ...] = (
         'model.prompt_embeds_encdec',
         '--enable-prompt-embeds is not supported with encoder-decoder',
         {"0.32.0": 'vllm/config/model.py:1067', "0.33.0": 'vllm/config/model.py:1080'},
+        kind='vllm_code',
         reason="encoder-decoder detection needs vLLM's registry; rare option, left to vLLM",
     ),
     StartupRule(
@@ -208,6 +215,7 @@ RULES: tuple[StartupRule, ...] = (
         'vllm.quant_act_dtype',
         'is not supported for quantization',
         {"0.32.0": 'vllm/config/vllm.py:910', "0.33.0": 'vllm/config/vllm.py:940'},
+        kind='vllm_code',
         reason=(
             'get_supported_act_dtypes per method instance needs the parsed quant config object; the '
             "planner's dtype rule covers the common fp16/bf16 cases only"
@@ -217,12 +225,14 @@ RULES: tuple[StartupRule, ...] = (
         'vllm.routed_experts_moe',
         '--enable-return-routed-experts is incompatible with',
         {"0.32.0": 'vllm/config/vllm.py:1162', "0.33.0": 'vllm/config/vllm.py:1214'},
+        kind='not_planned',
         reason='debug/RL option not planned; left to vLLM',
     ),
     StartupRule(
         'vllm.async_sched_executor',
         'does not support async scheduling yet',
         {"0.32.0": 'vllm/config/vllm.py:1583', "0.33.0": 'vllm/config/vllm.py:1683'},
+        kind='at_start',
         reason=(
             'whether an executor supports async scheduling is a property of its class, resolved at '
             'start; vllm-fleet leaves async_scheduling to vLLM, whose default turns it on only where '
@@ -233,6 +243,7 @@ RULES: tuple[StartupRule, ...] = (
         'vllm.mamba_block_size_prefix',
         '--mamba-block-size can only be set with --enable-prefix-caching',
         {"0.32.0": 'vllm/config/vllm.py:3314', "0.33.0": 'vllm/config/vllm.py:3450'},
+        kind='not_planned',
         reason='hybrid-model knob not planned (the planner leaves mamba_block_size to vLLM)',
     ),
     StartupRule(
@@ -245,24 +256,28 @@ RULES: tuple[StartupRule, ...] = (
         'vllm.hybrid_kv_manager_forced',
         'Hybrid KV cache manager was explicitly enabled but is not',
         {"0.32.0": 'vllm/config/vllm.py:2199', "0.33.0": 'vllm/config/vllm.py:2286'},
+        kind='at_start',
         reason="depends on the KV connector and the model's layer specs resolved at start",
     ),
     StartupRule(
         'vllm.kv_connector_unknown',
         'KV connector {self.kv_transfer_config.kv_connector} is',
         {"0.32.0": 'vllm/config/vllm.py:1225', "0.33.0": 'vllm/config/vllm.py:1292'},
+        kind='not_planned',
         reason='KV transfer (P/D disaggregation) is not deployed by vllm-fleet',
     ),
     StartupRule(
         'vllm.watermark_spec',
         'Speculative decoding with watermarking requires',
         {"0.32.0": 'vllm/config/vllm.py:1295', "0.33.0": 'vllm/config/vllm.py:1362'},
+        kind='not_planned',
         reason='watermarking is not a planned option',
     ),
     StartupRule(
         'vllm.model_runner_unsupported',
         'Model Runner V2 does not yet support:',
         {"0.32.0": 'vllm/config/vllm.py:3195', "0.33.0": 'vllm/config/vllm.py:3329'},
+        kind='at_start',
         reason="the runner is picked by VLLM_USE_V2_MODEL_RUNNER and the model's features at start",
     ),
     StartupRule(
@@ -281,6 +296,7 @@ RULES: tuple[StartupRule, ...] = (
         'parallel.eplb_platform',
         'Expert parallelism load balancing is only supported on',
         {"0.32.0": 'vllm/config/parallel.py:562', "0.33.0": 'vllm/config/parallel.py:566'},
+        kind='not_planned',
         reason=(
             'holds on every GPU fleet vllm-fleet deploys (CUDA/ROCm); it is what the CPU lane '
             'refuses, and the CPU lane never pins EPLB (the planner budgets EPLB on GPUs only)'
@@ -308,13 +324,14 @@ RULES: tuple[StartupRule, ...] = (
         'parallel.eplb_async_policy',
         'Async EPLB is only supported with the default policy',
         {"0.32.0": 'vllm/config/parallel.py:122', "0.33.0": 'vllm/config/parallel.py:123'},
+        kind='not_planned',
         reason="eplb_config sub-fields are passed through unplanned; vLLM's own words at start",
     ),
     StartupRule(
         'parallel.tp_divisible_by_dcp',
         'must be divisible by dcp_size',
         {"0.32.0": 'vllm/config/parallel.py:596', "0.33.0": 'vllm/config/parallel.py:600'},
-        reason='decode context parallelism layouts are not planned (see model.dcp_max_size)',
+        check='preflight.startup:decode_context_parallel',
     ),
     StartupRule(
         'parallel.nnodes_dp_groups',
@@ -332,6 +349,7 @@ RULES: tuple[StartupRule, ...] = (
         'parallel.nnodes_executor',
         'nnodes > 1 can only be set when distributed executor',
         {"0.32.0": 'vllm/config/parallel.py:1093', "0.33.0": 'vllm/config/parallel.py:1112'},
+        kind='not_planned',
         reason=(
             "vllm-fleet's multi-node launcher writes --nnodes only with the mp backend "
             '(deploy/launch.py), never from a pin'
@@ -347,18 +365,21 @@ RULES: tuple[StartupRule, ...] = (
         'parallel.nsight_needs_ray',
         'Unable to use nsight profiling unless workers run with Ray',
         {"0.32.0": 'vllm/config/parallel.py:1156', "0.33.0": 'vllm/config/parallel.py:1175'},
+        kind='not_planned',
         reason='profiling option not planned',
     ),
     StartupRule(
         'parallel.dbo_thresholds',
         'dbo_decode_token_threshold and dbo_prefill_token_threshold must',
         {"0.32.0": 'vllm/config/parallel.py:1166', "0.33.0": 'vllm/config/parallel.py:1185'},
+        kind='not_planned',
         reason='dual-batch overlap is not planned; left to vLLM',
     ),
     StartupRule(
         'parallel.elastic_ep_eplb',
         'Elastic EP is only supported with enable_eplb=True',
         {"0.32.0": 'vllm/config/parallel.py:957', "0.33.0": 'vllm/config/parallel.py:976'},
+        kind='not_planned',
         reason='elastic EP is not deployed by vllm-fleet',
     ),
     StartupRule(
@@ -371,18 +392,21 @@ RULES: tuple[StartupRule, ...] = (
         'parallel.offline_dp_dense',
         'Offline data parallel mode is not supported/useful',
         {"0.32.0": 'vllm/config/parallel.py:1013', "0.33.0": 'vllm/config/parallel.py:1032'},
+        kind='not_planned',
         reason='offline (LLM class) mode only; vllm-fleet launches the server',
     ),
     StartupRule(
         'parallel.numa_bind',
         'numa_bind_nodes and numa_bind_cpus require numa_bind=True',
         {"0.32.0": 'vllm/config/parallel.py:556', "0.33.0": 'vllm/config/parallel.py:560'},
+        kind='not_planned',
         reason='NUMA binding options are not planned; left to vLLM',
     ),
     StartupRule(
         'cache.kv_layout_unknown',
         'Unknown KV cache layout',
         {"0.32.0": 'vllm/config/cache.py:34', "0.33.0": 'vllm/config/cache.py:39'},
+        kind='not_planned',
         reason='read from VLLM_KV_CACHE_LAYOUT at start; not a planned option',
     ),
     StartupRule(
@@ -407,15 +431,13 @@ RULES: tuple[StartupRule, ...] = (
         'attention.backend_and_config',
         'attention_backend and attention_config.backend',
         {"0.32.0": 'vllm/engine/arg_utils.py:2690', "0.33.0": 'vllm/engine/arg_utils.py:2731'},
-        reason=(
-            'both spellings pinned at once is refused by vLLM with its words; preflight checks '
-            'whichever is pinned (attention.backend_unknown)'
-        ),
+        check='preflight.startup:attention_backend_exists',
     ),
     StartupRule(
         'attention.backend_gpu_support',
         'def get_valid_backends',
         {"0.32.0": 'vllm/platforms/cuda.py:375', "0.33.0": 'vllm/platforms/cuda.py:377'},
+        kind='at_start',
         reason=(
             'needs the GPU at start-up (free memory, the loaded kernels or the platform) - not known '
             'before the container starts (per-backend head size, dtype and capability probing imports'
@@ -426,6 +448,7 @@ RULES: tuple[StartupRule, ...] = (
         'args.spec_flag_conflict',
         'are mutually exclusive',
         {"0.32.0": 'vllm/engine/arg_utils.py:2079', "0.33.0": 'vllm/engine/arg_utils.py:2119'},
+        kind='not_planned',
         reason=(
             'the planner owns --speculative-config and refuses the separate flags in extra args '
             '(check_extra_args planner-owned flags)'
@@ -435,6 +458,7 @@ RULES: tuple[StartupRule, ...] = (
         'args.device_ids_range',
         'is out of range for',
         {"0.32.0": 'vllm/engine/arg_utils.py:2135', "0.33.0": 'vllm/engine/arg_utils.py:2175'},
+        kind='not_planned',
         reason=(
             'vllm-fleet never passes --device-ids: the launch record gives the container its GPUs '
             '(see env.device_visibility)'
@@ -456,12 +480,13 @@ RULES: tuple[StartupRule, ...] = (
         'args.cudagraph_sizes_twice',
         'cudagraph_capture_sizes and compilation_config.',
         {"0.32.0": 'vllm/engine/arg_utils.py:2792', "0.33.0": 'vllm/engine/arg_utils.py:2837'},
+        kind='not_planned',
         reason="compilation config is passed through; vLLM's words at start",
     ),
     StartupRule(
         'quant.fp8_online_bf16',
-        'def get_min_capability',
-        {"0.32.0": 'vllm/model_executor/layers/quantization/fp8.py:146', "0.33.0": 'vllm/model_executor/layers/quantization/fp8.py:146'},
+        'The `fp8` quantization method no longer supports online',
+        {"0.32.0": 'vllm/model_executor/layers/quantization/fp8.py:108', "0.33.0": 'vllm/model_executor/layers/quantization/fp8.py:108'},
         check='planner.precision:resolve_precision',
     ),
     StartupRule(
@@ -504,6 +529,7 @@ RULES: tuple[StartupRule, ...] = (
         'platform.free_memory_below_utilization',
         'less than desired GPU memory utilization',
         {"0.32.0": 'vllm/v1/worker/utils.py:766', "0.33.0": 'vllm/v1/worker/utils.py:766'},
+        kind='at_start',
         reason=(
             'needs the GPU at start-up (free memory, the loaded kernels or the platform) - not known '
             'before the container starts (free memory at worker init; the planner budgets it from '
@@ -520,6 +546,7 @@ RULES: tuple[StartupRule, ...] = (
         'platform.nccl_init',
         'def init_distributed_environment',
         {"0.32.0": 'vllm/distributed/parallel_state.py:1814', "0.33.0": 'vllm/distributed/parallel_state.py:1837'},
+        kind='at_start',
         reason=(
             'needs the GPU at start-up (free memory, the loaded kernels or the platform) - not known '
             'before the container starts (NCCL communicators; multi-node reachability is checked by '
@@ -529,8 +556,12 @@ RULES: tuple[StartupRule, ...] = (
 )
 
 
+KINDS = ("at_start", "vllm_code", "not_planned")
+
+
 def counts(version: str) -> dict[str, int]:
-    """``{"scanned", "mirrored", "not_decidable"}`` for one vLLM version (the numbers docs/preflight.md gives)."""
+    """``{"scanned", "mirrored", "at_start", "vllm_code", "not_planned"}`` for one vLLM version (docs/preflight.md)."""
     rules = [rule for rule in RULES if version in rule.where]
-    mirrored = sum(1 for rule in rules if rule.check)
-    return {"scanned": len(rules), "mirrored": mirrored, "not_decidable": len(rules) - mirrored}
+    found = {"scanned": len(rules), "mirrored": sum(1 for rule in rules if rule.check)}
+    found.update({kind: sum(1 for rule in rules if rule.kind == kind) for kind in KINDS})
+    return found

@@ -5,12 +5,16 @@ config.json (tests/fixtures/preflight/models/SOURCES.json); facts: the recorded 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import startup
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import fleet_launch, host_input
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+    fleet_launch,
+    host_input,
+)
 
 from ._recorded import H100, H100_B, MODEL_8B
 
@@ -129,3 +133,24 @@ def test_one_multinode_group_one_version() -> None:
 
 def test_a_consistent_group_passes_the_group_check() -> None:
     assert startup.check_groups(_group()) == []
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    ({"decode_context_parallel_size": 3, "tensor_parallel_size": 8}, "'tp_size=8 must be divisible by dcp_size=3.'"),
+    ({"decode_context_parallel_size": 4, "tensor_parallel_size": 16},
+     "'`--decode-context-parallel-size` (4) exceeds the maximum supported value (2) for `--tensor-parallel-size` "
+     "(16) and 8 model KV heads.'"),
+    ({"attention_backend": "FLASHINFER", "attention_config": {"backend": "FLASH_ATTN"}},
+     "'attention_backend and attention_config.backend are mutually exclusive'"),
+])
+def test_decode_context_parallel_and_backend_rules(args: dict[str, Any], words: str) -> None:
+    """Llama 3.1 8B: 32 query heads, 8 KV heads (its config.json), so TP 16 allows DCP 2 at most."""
+    ctx = {"args": args, "config": startup_config(MODEL_8B), "env": {}, "ports": {}, "facts": H100, "series": "0.32"}
+    errors = startup.decode_context_parallel("h1", ctx) + startup.attention_backend_exists("h1", ctx)
+    assert len(errors) == 1 and words in errors[0], errors
+    ok = {**ctx, "args": {"decode_context_parallel_size": 2, "tensor_parallel_size": 16}}
+    assert startup.decode_context_parallel("h1", ok) == []
+
+
+def startup_config(model: str) -> dict[str, Any]:
+    return dict(json.loads((Path(model) / "config.json").read_text()))

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import startup
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.startup_rules import RULES, counts
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.startup_rules import (
+    KINDS,
+    RULES,
+    counts,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = Path(os.environ.get("VLLM_FLEET_VLLM_SRC", ROOT / ".cache" / "vllm-src"))
@@ -21,6 +25,7 @@ PACKAGE = "ansible_collections.vllm_fleet.fleet.plugins.plugin_utils"
 def test_every_rule_has_a_check_or_a_reason_not_both() -> None:
     for rule in RULES:
         assert bool(rule.check) != bool(rule.reason), rule.id
+        assert (rule.kind in KINDS) == bool(rule.reason), rule.id
         assert set(rule.where) == set(VERSIONS), rule.id
         assert rule.words.strip(), rule.id
     assert len({rule.id for rule in RULES}) == len(RULES)
@@ -54,8 +59,8 @@ def test_vllms_words_are_at_the_cited_line(version: str) -> None:
 def test_counts_per_version_match_the_docs(version: str) -> None:
     found = counts(version)
     assert found["scanned"] >= 50
-    assert found["mirrored"] + found["not_decidable"] == found["scanned"]
+    assert found["mirrored"] + sum(found[kind] for kind in KINDS) == found["scanned"]
     doc = (ROOT / "docs" / "preflight.md").read_text(encoding="utf-8")
-    row = re.search(rf"\| {re.escape(version)} \| (\d+) \| (\d+) \| (\d+) \|", doc)
+    row = re.search(rf"\| {re.escape(version)} \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", doc)
     assert row, f"docs/preflight.md has no counts row for {version}"
-    assert tuple(map(int, row.groups())) == (found["scanned"], found["mirrored"], found["not_decidable"])
+    assert tuple(map(int, row.groups())) == (found["scanned"], found["mirrored"], *(found[kind] for kind in KINDS))
