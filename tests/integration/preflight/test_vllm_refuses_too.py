@@ -8,6 +8,7 @@ control: the refusals are the rules', not a broken harness's."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,8 +75,10 @@ def _preflight(model: str, args: dict[str, Any]) -> list[str]:
 def vllm_says(vllm_python: Path) -> dict[str, dict[str, Any]]:
     batch = {rule: {"model": model, "args": {**args, **COMMON}} for rule, (model, args, _) in CASES.items()}
     batch["control"] = {"model": CONTROL[0], "args": {**CONTROL[1], **COMMON}}
+    # Offline: the fixtures hold only config.json, and vLLM would otherwise ask the Hub for the rest.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run([str(vllm_python), str(Path(__file__).with_name("vllm_refusals.py")), json.dumps(batch)],
-                          capture_output=True, text=True, timeout=240, check=False)
+                          capture_output=True, text=True, timeout=400, check=False, env=env)
     marker = proc.stdout.rfind("@@JSON@@")
     assert proc.returncode == 0 and marker >= 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return dict(json.loads(proc.stdout[marker + len("@@JSON@@"):]))
