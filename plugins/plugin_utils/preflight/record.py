@@ -41,6 +41,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_fil
     load_model,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report, startup
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.balancers import check_balancers
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import (
     ImageChecker,
     check_host_image,
@@ -343,7 +344,9 @@ def _fleet_checks(records: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, 
     errors: list[str] = []
     try:
         errors += check_fleet(records, image_compat_check if check_image else None)
-        errors += check_machines(_machine_view(records, hosts), dict(lbs or {}))
+        view = _machine_view(records, hosts)
+        errors += check_machines(view, dict(lbs or {}))
+        errors += check_balancers(dict(lbs or {}), {host: str(item["address"]) for host, item in view.items()})
     except Exception as exc:
         errors.append(unexpected("fleet", "checking the fleet as a whole", exc))
     return errors
