@@ -86,15 +86,19 @@ def _checkpoint_quant(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    inner = config.get("text_config")
+    return inner if isinstance(inner, Mapping) else config
+
+
 def _is_moe(config: Mapping[str, Any]) -> bool:
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    cfg = _text(config)
     return any((_int(cfg.get(key)) or 0) > 0 for key in ("num_local_experts", "num_experts", "n_routed_experts",
                                                              "moe_num_experts"))
 
 
 def _derived_len(config: Mapping[str, Any]) -> int | None:
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    return _int(cfg.get("max_position_embeddings"))
+    return _int(_text(config).get("max_position_embeddings"))
 
 
 # --- before planning: the pins against the model, the facts and the version ---------------------------------------
@@ -281,8 +285,10 @@ def check_host(host: str, item: Mapping[str, Any], config: Mapping[str, Any] | N
     :param config: the model's ``config.json`` (None when it cannot be read: the planner reports that)
     """
     options = item.get("options") or {}
-    args = options.get("engine_args") if isinstance(options.get("engine_args"), Mapping) else {}
-    env = item.get("env") if isinstance(item.get("env"), Mapping) else {}
+    pinned = options.get("engine_args")
+    args: Mapping[str, Any] = pinned if isinstance(pinned, Mapping) else {}
+    given = item.get("env")
+    env: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     ctx = {"args": dict(args), "config": dict(config or {}), "facts": dict(item.get("facts") or {}),
            "env": dict(env), "ports": dict(item.get("ports") or {}),
            "series": _series(options.get("vllm_version"))}
@@ -296,8 +302,8 @@ def check_host(host: str, item: Mapping[str, Any], config: Mapping[str, Any] | N
 
 def check_plan(host: str, plan: Mapping[str, Any]) -> list[str]:
     """The scheduler limits vLLM's SchedulerConfig enforces, on the plan's final engine arguments."""
-    args = plan.get("engine_args") if isinstance(plan.get("engine_args"), Mapping) else {}
-    return _scheduler(host, args, pinned=False)
+    final = plan.get("engine_args")
+    return _scheduler(host, final if isinstance(final, Mapping) else {}, pinned=False)
 
 
 def check_groups(hosts: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -308,14 +314,14 @@ def check_groups(hosts: Mapping[str, Mapping[str, Any]]) -> list[str]:
             groups.setdefault(str(item["multinode_group"]), []).append(host)
     errors: list[str] = []
     for group, members in groups.items():
-        for what, read, fix in (
-                ("checkpoint", lambda h: str(hosts[h].get("model") or ""),
-                 "set vllm_fleet_model once for the group (group_vars)"),
-                ("vLLM version", lambda h: str((hosts[h].get("options") or {}).get("vllm_version") or "default"),
-                 "set vllm_fleet_vllm_version once for the group (group_vars)")):
+        for what, key, fix in (("checkpoint", "model", "set vllm_fleet_model once for the group (group_vars)"),
+                               ("vLLM version", "vllm_version",
+                                "set vllm_fleet_vllm_version once for the group (group_vars)")):
             seen: dict[str, list[str]] = {}
             for host in members:
-                seen.setdefault(read(host), []).append(host)
+                value = hosts[host].get("model") if key == "model" else (
+                    hosts[host].get("options") or {}).get("vllm_version")
+                seen.setdefault(str(value or ("default" if key == "vllm_version" else "")), []).append(host)
             if len(seen) > 1:
                 parts = "; ".join(f"{', '.join(names)}: {value}" for value, names in seen.items())
                 errors.append(f"{members[0]}: multi-node group {group} runs one model instance, but its hosts name "
