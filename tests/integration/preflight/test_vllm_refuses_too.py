@@ -73,7 +73,7 @@ def _preflight(model: str, args: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def vllm_says(vllm_python: Path) -> dict[str, dict[str, Any]]:
-    batch = {rule: {"model": model, "args": {**args, **COMMON}} for rule, (model, args, _) in CASES.items()}
+    batch = {rule: {"model": case[0], "args": {**case[1], **COMMON}} for rule, case in CASES.items()}
     batch["control"] = {"model": CONTROL[0], "args": {**CONTROL[1], **COMMON}}
     # Offline: the fixtures hold only config.json, and vLLM would otherwise ask the Hub for the rest.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

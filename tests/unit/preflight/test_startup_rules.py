@@ -33,7 +33,7 @@ def test_every_rule_has_a_check_or_a_reason_not_both() -> None:
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.check], ids=lambda r: r.id)
 def test_a_named_check_exists(rule) -> None:  # type: ignore[no-untyped-def]
-    module, _, function = rule.check.partition(":")
+    module, function = rule.check.split(":", 1)
     assert callable(getattr(importlib.import_module(f"{PACKAGE}.{module}"), function, None)), rule.check
     if module == "preflight.startup" and function not in ("check_plan", "check_groups"):
         assert function in startup.CHECKS, f"{function} is not run by startup.check_host"
@@ -50,7 +50,7 @@ def test_vllms_words_are_at_the_cited_line(version: str) -> None:
     if not (root / "vllm").is_dir():
         pytest.skip(f"no vLLM {version} source in {root}: run `make vllm-src`")
     for rule in RULES:
-        path, _, line = rule.where[version].rpartition(":")
+        path, line = rule.where[version].rsplit(":", 1)
         lines = (root / path).read_text(encoding="utf-8").splitlines()
         assert rule.words in lines[int(line) - 1], f"{rule.id}: {rule.where[version]}"
 
