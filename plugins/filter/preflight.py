@@ -84,7 +84,9 @@ def fleet_lb_inputs(names: Sequence[str], hostvars: Any, defaults: Mapping[str, 
             if value not in (None, "", 0, "0"):
                 ports.append(int(value))
         address = hv.get("ansible_host", name)
-        out[str(name)] = {"address": str(address), "ports": ports}
+        servers = hv.get("vllm_lb_servers")
+        out[str(name)] = {"address": str(address), "ports": ports, "servers": servers,
+                          "remote": "ansible_host" in hv and hv.get("ansible_connection") != "local"}
     return out
 
 

@@ -36,7 +36,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.network im
     check_group_reachability,
     node_network,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
+    ModelFilesError,
+    load_model,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report, startup
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.balancers import check_balancers
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import (
     ImageChecker,
     check_host_image,
@@ -188,6 +193,14 @@ def check_fleet(records: Mapping[str, Mapping[str, Any]], image_checker: ImageCh
     return errors
 
 
+def _model_config(model: Any) -> dict[str, Any] | None:
+    """The model's config.json for the start-up checks, None when it cannot be read (the planner says why)."""
+    try:
+        return load_model(str(model))[0] if model else None
+    except (ModelFilesError, OSError, ValueError):
+        return None
+
+
 def _planning_pass(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, list[str]]
                    ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Planning pass: ``(plans, errors)``, each host planned once per identical input, groups refused as a whole."""
@@ -198,8 +211,10 @@ def _planning_pass(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, 
         {host: {"multinode_group": item.get("multinode_group"),
                 "engine_args": (item.get("options") or {}).get("engine_args")} for host, item in hosts.items()})
     errors += mismatched
+    mixed = startup.check_groups(hosts)  # one checkpoint and one vLLM version per multi-node group
+    errors += mixed
     unplanned = {str(item.get("multinode_group")) for host, item in hosts.items()
-                 if any(line.startswith(f"{host}: ") for line in mismatched)}
+                 if any(line.startswith(f"{host}: ") for line in mismatched + mixed)}
     for host, item in hosts.items():
         if item.get("multinode_group") and str(item["multinode_group"]) in unplanned:
             continue  # its group's data_parallel_size differs between hosts (refused above)
@@ -208,12 +223,20 @@ def _planning_pass(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, 
             group = item.get("multinode_group")
             if group:
                 options = with_group_size(options, len(groups[str(group)]))
+            refused = startup.check_host(host, item, _model_config(item.get("model")))
+            if refused:  # what vLLM would refuse at start-up (preflight/startup.py), before planning
+                errors += refused
+                continue
             key = _memo_key(item.get("facts"), item.get("model"), options)
             if key not in memo:
                 memo[key] = try_plan(item.get("facts"), item.get("model"), "{host}", options)
             answer = memo[key]
             if answer["error"]:
                 errors.append(str(answer["error"]).replace("{host}", host, 1))
+                continue
+            refused = startup.check_plan(host, answer["plan"])
+            if refused:
+                errors += refused
                 continue
             plans[host] = answer["plan"]
         except Exception as exc:
@@ -321,7 +344,9 @@ def _fleet_checks(records: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, 
     errors: list[str] = []
     try:
         errors += check_fleet(records, image_compat_check if check_image else None)
-        errors += check_machines(_machine_view(records, hosts), dict(lbs or {}))
+        view = _machine_view(records, hosts)
+        errors += check_machines(view, dict(lbs or {}))
+        errors += check_balancers(dict(lbs or {}), {host: str(item["address"]) for host, item in view.items()})
     except Exception as exc:
         errors.append(unexpected("fleet", "checking the fleet as a whole", exc))
     return errors

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests/fixtures/preflight"
@@ -62,6 +63,40 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                                         r".*h200-a: vllm_fleet_engine_args\.api_key holds an API key, .*put it in "
                                         r"vllm_fleet_api_key \(ansible-vault\) — it reaches vLLM as VLLM_API_KEY"
                                         r".*h200-a: vllm_fleet_env\.HF_TOKEN holds a Hugging Face token"),
+    # vLLM's start-up rules, one mistake per host of one inventory (STARTUP below checks every host's line).
+    "startup_rules": ("st-chunked", r"st-chunked: vLLM would refuse it: 'max_num_batched_tokens \(2048\) is smaller "
+                                    r"than max_model_len \(8192\)\."),
+}
+
+# startup_rules: host -> the line it must get (vLLM's words, the host, the fix); preflight/startup.py, mirrored
+# rules in preflight/startup_rules.py. Each is refused in the same run, before any host changes.
+STARTUP: dict[str, str] = {
+    "st-chunked": r"st-chunked: vLLM would refuse it: 'max_num_batched_tokens \(2048\) is smaller than max_model_len "
+                  r"\(8192\)\..*remove enable_chunked_prefill: false",
+    "st-seqs": r"st-seqs: vLLM would refuse it: 'max_num_batched_tokens \(256\) must be greater than or equal to "
+               r"max_num_seqs \(512\)\.'",
+    "st-active": r"st-active: vLLM would refuse it: 'max_num_active_seqs \(128\) cannot be greater than max_num_seqs "
+                 r"\(64\)\.'",
+    "st-longprefill": r"st-longprefill: vLLM would refuse it: 'long_prefill_token_threshold \(8192\) cannot be "
+                      r"greater than the max_model_len \(4096\)\.'",
+    "st-quant": r"st-quant: vLLM would refuse it: 'Quantization method specified in the model config \(fp8\) does "
+                r"not match the quantization method specified in the `quantization` argument \(gptq\)': remove",
+    "st-awq": r"st-awq: vLLM would refuse it: 'Cannot find the config file for awq'",
+    "st-deprecated": r"st-deprecated: vLLM 0\.32 would refuse it: 'The quantization method fbgemm_fp8 is deprecated",
+    "st-attn": r"st-attn: vLLM 0\.32 would refuse it: \"Unknown attention backend: 'XFORMERS'\": remove "
+               r"vllm_fleet_engine_args\.attention_backend",
+    "st-ep": r"st-ep: vLLM would refuse it: 'Number of experts in the model must be greater than 0 when expert "
+             r"parallelism is enabled\.' \(the model is dense\)",
+    "st-lora": r"st-lora: vLLM would refuse it: 'max_cpu_loras \(2\) must be >= max_loras \(4\)\.'",
+    "st-dcp": r"st-dcp: vLLM would refuse it: 'Decode context parallelism for GQA/MQA requires `--tensor-parallel-size` "
+              r"\(4\) to be greater than the model's total number of KV heads \(8\)",
+    "st-cuda-env": r"st-cuda-env: vllm_fleet_env\.CUDA_VISIBLE_DEVICES fights the launch record",
+    "st-vllm-port": r"st-vllm-port: vllm_fleet_env\.VLLM_PORT = 8000 is vLLM's first internal port and also a port of "
+                    r"the launch record",
+    "st-mn-model-a": r"st-mn-model-a: multi-node group two-checkpoints runs one model instance, but its hosts name 2 "
+                     r"different checkpoints .*set vllm_fleet_model once for the group",
+    "st-mn-version-a": r"st-mn-version-a: multi-node group two-versions runs one model instance, but its hosts name 2 "
+                       r"different vLLM versions \(st-mn-version-a: 0\.32\.0; st-mn-version-b: 0\.33\.0\)",
 }
 
 
@@ -81,8 +116,38 @@ def runs(tmp_path_factory: pytest.TempPathFactory, playbook: Callable[..., Any])
         run = playbook("site.yml", FIXTURES / "cases" / case / "hosts.yml", artifacts, _env(case))
         return case, (run, artifacts)
 
+    def other(name: str, playbook_path: str, extra: list[str]) -> tuple[str, tuple[Any, Path]]:
+        artifacts = base / name / "artifacts"
+        return name, (playbook(playbook_path, FIXTURES / "cases" / "startup_rules" / "hosts.yml", artifacts, None,
+                               extra), artifacts)
+
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(pool.map(one, sorted(CATALOGUE)))
+        cases = [pool.submit(one, case) for case in sorted(CATALOGUE)]
+        # The start-up rules' case also through the preflight stage alone and site.yml --check.
+        extra = [pool.submit(other, "startup_rules@preflight", "playbooks/preflight.yml", []),
+                 pool.submit(other, "startup_rules@check", "site.yml", ["--check"])]
+        return dict(future.result() for future in cases + extra)
+
+
+@pytest.mark.parametrize("run_name", ["startup_rules", "startup_rules@preflight", "startup_rules@check"])
+@pytest.mark.parametrize("host", sorted(STARTUP))
+def test_startup_rule_refused_in_preflight(host: str, run_name: str, runs: dict[str, tuple[Any, Path]]) -> None:
+    """Every host of startup_rules gets its line, from site.yml, preflight.yml alone and site.yml --check."""
+    run, artifacts = runs[run_name]
+    context = f"\n--- ansible-playbook output ({run_name}) ---\n{run.output[-6000:]}"
+    assert run.rc != 0, context
+    assert re.search(STARTUP[host], run.flat), f"message /{STARTUP[host]}/ not found" + context
+    assert run.recap and all(r["changed"] == 0 for r in run.recap.values()), context
+    assert run.plays and all(p.startswith("Preflight") for p in run.plays), context
+    assert "Traceback" not in run.output, context
+    assert not artifacts.exists()
+
+
+def test_every_startup_host_is_checked() -> None:
+    inventory = yaml.safe_load((FIXTURES / "cases" / "startup_rules" / "hosts.yml").read_text())
+    hosts = set(inventory["all"]["children"]["vllm_servers"]["children"]["gpu_h100"]["hosts"])
+    # The second host of each multi-node group is named in its group's line.
+    assert hosts - {"st-mn-model-b", "st-mn-version-b"} == set(STARTUP)
 
 
 def test_catalogue_is_complete() -> None:
