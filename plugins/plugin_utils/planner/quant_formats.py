@@ -54,7 +54,7 @@ class Quantization:
     group_size: int = 0
     scheme: str = ""  # compressed-tensors scheme (w8a8-fp8, wna16, nvfp4, ...) / ModelOpt quant_algo
     block_fp8: bool = False
-    weight_block: tuple[int, int] = ()  # fp8 ``weight_block_size`` [block_n, block_k] (planner/shape_rules.py)
+    weight_block: tuple[int, ...] = ()  # fp8 ``weight_block_size`` [block_n, block_k] (planner/shape_rules.py)
     experts_only: bool = False  # e.g. gpt-oss MXFP4 quantizes only the MoE experts
     bytes_per_weight: float = 0.0
     ignore: tuple[str, ...] = ()

@@ -88,7 +88,9 @@ def _src(release: Release, key: str) -> str:
 def _fp8_block(quant: Quantization) -> tuple[int, int] | None:
     if not quant.block_fp8:
         return None
-    return quant.weight_block or DEFAULT_FP8_BLOCK
+    if len(quant.weight_block) == 2:
+        return quant.weight_block[0], quant.weight_block[1]
+    return DEFAULT_FP8_BLOCK
 
 
 def _group(quant: Quantization) -> int:

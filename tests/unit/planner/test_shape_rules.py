@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import shape_rules as S
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import ModelSpec, parse_model_config
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import (
+    ModelSpec,
+    parse_model_config,
+)
 
 from .planner_data import FIXTURES, facts, model
 
