@@ -59,6 +59,12 @@ RELEASE = Release(
                                              "group_size = 16  # Default value"),
             "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
                                                   "if len(weight_block_size) != 2:"),
+            # Recipe settings the plan leaves to vLLM (planner/recipes.py): defaults of this release.
+            "recipe:VLLM_USE_DEEP_GEMM": Source("vllm/envs.py", 1619, 1619, 'os.getenv("VLLM_USE_DEEP_GEMM", "1")'),
+            "recipe:moe_backend": Source("vllm/engine/arg_utils.py", 553, 553,
+                                         "moe_backend: MoEBackend = KernelConfig.moe_backend"),
+            "recipe:async_scheduling": Source("vllm/config/vllm.py", 1644, 1644,
+                                              "self.scheduler_config.async_scheduling = True"),
             # Load-time shape rules (planner/shape_rules.py): what vLLM checks on the TP/EP shard of each layer.
             "shape:heads_divide_tp": Source("vllm/config/model.py", 1546, 1549,
                                             "must be divisible by tensor parallel size "),
