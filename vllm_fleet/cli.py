@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     pol.add_argument("--instances-per-gpu", type=int, help="vLLM instances sharing each GPU (budgeted together)")
     pol.add_argument("--safety-margin-mib", type=int, help="absolute margin per GPU (default 2%%, 1-3 GiB)")
     pol.add_argument("--offline", action="store_true", default=None, help="plan for LLM(...) instead of vllm serve")
+    pol.add_argument("--kv-cache-policy", choices=("accuracy_first", "capacity_first"),
+                     help="accuracy_first (default: KV cache in the model dtype) or capacity_first (fp8 KV cache "
+                     "where the GPU's first-choice attention backend takes it)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     c = sub.add_parser("calibrate", help="compare predictions with real vLLM start-up observations")
@@ -156,7 +159,7 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
                    "p99_latency_ms": args.p99_latency_ms or PROFILES[args.profile].p99_latency_ms}
     policy = {"max_nodes": args.max_nodes, "co_located_mib": args.co_located_mib,
               "instances_per_gpu": args.instances_per_gpu, "safety_margin_mib": args.safety_margin_mib,
-              "offline": args.offline}
+              "offline": args.offline, "kv_cache_policy": args.kv_cache_policy}
     return plan_for_model(_facts(args), args.model, profile=profile, vllm_version=args.vllm_version,
                           engine_args=engine_args, policy={k: v for k, v in policy.items() if v is not None},
                           extra_args=args.extra_arg)

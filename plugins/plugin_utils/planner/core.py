@@ -65,6 +65,7 @@ from .memory import (
 from .model import ModelConfigError, ModelSpec, parse_model_config, with_user_state_dtypes
 from .plan_types import Plan
 from .precision import reconcile_weights, resolve_precision
+from .recipes import fp8_kv_cache, record_recipe_notes
 from .rules import (
     CPU_LANE_WHY,
     DEFAULT_VLLM_VERSION,
@@ -211,7 +212,13 @@ def plan_typed(
     _notes(gpu, user, rules, d)
     _check_device(spec, gpu, rules, d)
     _graceful_stop(user, rules, d)
-    precision = resolve_precision(spec, gpu, user, rules, d)
+    kv_choice, kv_why = ("", "") if "kv-cache-dtype" in user else fp8_kv_cache(spec, gpu, pol.kv_cache_policy)
+    precision = resolve_precision(spec, gpu, {**user, "kv-cache-dtype": kv_choice} if kv_choice else user, rules, d)
+    if kv_choice:
+        d.set("kv-cache-dtype", kv_choice, kv_why)  # the policy's choice, not a pin (resolve_precision says "set by you")
+    elif kv_why:
+        d.note("kv-cache-dtype", kv_why)
+    record_recipe_notes(spec, gpu, rules, d)
     reconcile_weights(spec, precision, weights_total_bytes, d)
     speculative = resolve_speculative(spec, user, draft_model_config, parse_model_config)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,

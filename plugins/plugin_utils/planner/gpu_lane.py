@@ -20,6 +20,7 @@ from .memory import describe_layout, eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
+from .shape_rules import refusal, shape_violations
 from .speculative import SpecDecode, check_draft_tp, describe, draft_kv
 
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel sizes tried, smallest first
@@ -68,14 +69,21 @@ def _block_size(ctx: PlanInputs, gpu: Gpu, d: Decision) -> int:
     return block_size
 
 
-def _check_forced_tp(spec: ModelSpec, gpu: Gpu, tp: int) -> None:
-    """Refuse a user TP that does not divide the heads, cannot replicate KV heads, or leaves the host."""
+def _check_forced_tp(ctx: PlanInputs, gpu: Gpu, tp: int) -> None:
+    """Refuse a user TP that does not divide the heads, cannot replicate KV heads, breaks another of vLLM's load-time
+    shape rules (:mod:`.shape_rules`) or leaves the host."""
+    spec = ctx.spec
     if spec.num_heads % tp:
         raise PlanError(f"--tensor-parallel-size {tp} does not divide the model's {spec.num_heads} attention heads: "
                         f"use one of {', '.join(str(t) for t in range(1, spec.num_heads + 1) if spec.num_heads % t == 0 and t <= 64)}")
     if not spec.mla and tp > spec.num_kv_heads and tp % spec.num_kv_heads:
         raise PlanError(f"--tensor-parallel-size {tp} is above the model's {spec.num_kv_heads} KV heads and not a "
                         f"multiple of them: vLLM cannot replicate KV heads evenly; use a multiple of {spec.num_kv_heads}")
+    if not _shape_ok(ctx, tp, int(ctx.user.get("data-parallel-size", 1))):
+        pinned = ctx.user.get("enable-expert-parallel")
+        words = refusal(spec, ctx.precision.quant, tp, bool(pinned), int(ctx.user.get("data-parallel-size", 1)),
+                        ctx.rules.version, max(gpu.count, tp))
+        raise PlanError(words or f"--tensor-parallel-size {tp} breaks a vLLM load-time shape rule")
     if tp > gpu.count:
         raise PlanError(f"--tensor-parallel-size {tp} is more than the {gpu.count} GPU(s) on the host: "
                         "tensor parallelism stays inside one host; use pipeline parallelism across hosts")
@@ -221,7 +229,7 @@ def gpu_inputs(ctx: PlanInputs, gpu: Gpu, d: Decision) -> GpuInputs:
     nodes_allowed = ctx.policy.max_nodes
     forced_tp, forced_pp = ctx.user.get("tensor-parallel-size"), ctx.user.get("pipeline-parallel-size")
     if forced_tp is not None:
-        _check_forced_tp(ctx.spec, gpu, int(forced_tp))
+        _check_forced_tp(ctx, gpu, int(forced_tp))
     if forced_pp is not None and int(forced_pp) > nodes_allowed * gpu.count // int(forced_tp or 1):
         raise PlanError(f"--pipeline-parallel-size {forced_pp} needs more GPUs than the group has "
                         f"({nodes_allowed} host(s) x {gpu.count}): add hosts to the group or lower it")
@@ -235,9 +243,11 @@ def gpu_inputs(ctx: PlanInputs, gpu: Gpu, d: Decision) -> GpuInputs:
 # --- Step 1: candidate layouts ------------------------------------------------------------------
 
 
-def _tp_candidates(spec: ModelSpec, gpus: int, sd: SpecDecode | None = None, dcp: int = 1) -> list[int]:
-    """TP sizes that fit ``gpus`` (the host's, or one data-parallel rank's share), divide the heads and split or
-    evenly replicate the KV heads, and are a multiple of the decode-context-parallel size ``dcp``."""
+def _tp_candidates(spec: ModelSpec, gpus: int, sd: SpecDecode | None = None, dcp: int = 1,
+                   ctx: PlanInputs | None = None, dp: int = 1) -> list[int]:
+    """TP sizes that fit ``gpus`` (the host's, or one data-parallel rank's share), divide the heads, split or
+    evenly replicate the KV heads, are a multiple of the decode-context-parallel size ``dcp`` and (given ``ctx``)
+    pass vLLM's load-time shape rules at DP ``dp``."""
     values = []
     for tp in TP_SIZES:
         if tp > gpus:
@@ -248,8 +258,18 @@ def _tp_candidates(spec: ModelSpec, gpus: int, sd: SpecDecode | None = None, dcp
             continue
         if sd is not None and check_draft_tp(sd, tp):
             continue  # the draft cannot run at this TP (speculative.check_draft_tp)
+        if ctx is not None and not _shape_ok(ctx, tp, dp):
+            continue  # vLLM would refuse the shard at load time (shape_rules)
         values.append(tp)
     return values
+
+
+def _shape_ok(ctx: PlanInputs, tp: int, dp: int) -> bool:
+    """Whether TP (x DP) passes vLLM's load-time shape rules with the user's expert-parallel setting, or, when EP is
+    not pinned, with either setting (the EP decision then takes the one that passes)."""
+    quant, version, pinned = ctx.precision.quant, ctx.rules.version, ctx.user.get("enable-expert-parallel")
+    settings = (bool(pinned),) if pinned is not None else (False, True) if ctx.spec.is_moe else (False,)
+    return any(not shape_violations(ctx.spec, quant, tp, ep, dp, version) for ep in settings)
 
 
 def candidate_layouts(g: GpuInputs) -> list[tuple[int, int]]:
@@ -258,7 +278,7 @@ def candidate_layouts(g: GpuInputs) -> list[tuple[int, int]]:
         return [(g.forced_tp or 1, g.forced_pp or 1)]
     spec, gpu = g.plan.spec, g.gpu
     tps = _tp_candidates(spec, gpu.count // g.dp_local, g.plan.speculative,
-                         int(g.plan.user.get("decode-context-parallel-size") or 1))
+                         int(g.plan.user.get("decode-context-parallel-size") or 1), g.plan, g.dp)
     if not tps:
         raise PlanError(f"no tensor-parallel size divides the model's {spec.num_heads} heads with "
                         f"{gpu.count} GPU(s): use a host with a GPU count that divides {spec.num_heads}")
@@ -383,7 +403,7 @@ def compare_moe_layouts(g: GpuInputs, pick: Pick, d: Decision) -> tuple[GpuInput
     best: tuple[int, GpuInputs, Pick, Settled] | None = None
     for tp in _tp_candidates(ctx.spec, gpu.count, ctx.speculative, int(ctx.user.get("decode-context-parallel-size") or 1)):
         dp = gpu.count // tp
-        if dp < 2 or gpu.count % tp:
+        if dp < 2 or gpu.count % tp or not _shape_ok(ctx, tp, dp):
             continue
         gd = replace(g, dp=dp)
         util = utilization(gpu, gpu.count, ctx.policy, ctx.rules, ctx.user)

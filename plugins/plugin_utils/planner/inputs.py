@@ -79,6 +79,7 @@ class Policy:
     max_nodes: int = 1  # hosts one model instance may span (pipeline parallel across hosts)
     cpu_kv_cache_gib: float | None = None
     offline: bool = False  # plan for the LLM(...) class instead of `vllm serve`
+    kv_cache_policy: str = "accuracy_first"  # or "capacity_first": fp8 KV cache where it pays (planner/recipes.py)
 
 
 AT_LEAST_ONE_POLICY_KEYS = ("instances_per_gpu", "max_nodes")
@@ -96,6 +97,10 @@ def policy_from_mapping(raw: dict[str, Any]) -> Policy:
             continue
         if key == "offline":
             values[key] = bool(value)
+        elif key == "kv_cache_policy":
+            if value not in ("accuracy_first", "capacity_first"):
+                raise PlanError(f"policy kv_cache_policy must be accuracy_first or capacity_first, not {value!r}")
+            values[key] = str(value)
         elif key == "cpu_kv_cache_gib":
             try:
                 values[key] = float(value)

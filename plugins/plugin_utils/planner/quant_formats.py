@@ -54,6 +54,7 @@ class Quantization:
     group_size: int = 0
     scheme: str = ""  # compressed-tensors scheme (w8a8-fp8, wna16, nvfp4, ...) / ModelOpt quant_algo
     block_fp8: bool = False
+    weight_block: tuple[int, ...] = ()  # fp8 ``weight_block_size`` [block_n, block_k] (planner/shape_rules.py)
     experts_only: bool = False  # e.g. gpt-oss MXFP4 quantizes only the MoE experts
     bytes_per_weight: float = 0.0
     ignore: tuple[str, ...] = ()
@@ -198,7 +199,7 @@ def _fp8(q: dict[str, Any]) -> Quantization:
     if isinstance(block, list) and len(block) == 2:
         shape = (int(block[0]), int(block[1]))
         value = fp8_block_bytes(shape)
-        return Quantization("fp8", 8.0, 0, block_fp8=True, bytes_per_weight=value, ignore=ignore,
+        return Quantization("fp8", 8.0, 0, block_fp8=True, weight_block=shape, bytes_per_weight=value, ignore=ignore,
                             why=f"FP8 e4m3 + one fp32 scale per {shape[0]}x{shape[1]} block = {8 * value:.4g} "
                             "bits/weight")
     return Quantization("fp8", 8.0, 0, bytes_per_weight=1.0, ignore=ignore,
