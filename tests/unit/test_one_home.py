@@ -25,6 +25,17 @@ MIN_SHARED = 3
 
 #: Table-name pairs that share keys but are different facts (or a copy whose removal is pending), with why.
 DISTINCT: dict[frozenset[str], str] = {
+    # Subsets of quantization method names, each a different fact about the methods:
+    frozenset({"QUANT_MIN_CC", "GROUP_METHODS"}): "methods' minimum compute capability vs the group-quantized ones",
+    frozenset({"ROCM_QUANTIZATION", "GROUP_METHODS"}): "ROCm's method list vs the group-quantized methods",
+    frozenset({"KNOWN_METHODS", "GROUP_METHODS"}): "methods the planner sizes vs the group-quantized ones",
+    frozenset({"QUANT_MIN_CC", "_CHECKPOINT_METHODS"}): "minimum compute capability vs methods that need a checkpoint config",
+    frozenset({"ROCM_QUANTIZATION", "_CHECKPOINT_METHODS"}): "ROCm's method list vs methods needing a checkpoint config",
+    frozenset({"KNOWN_METHODS", "_CHECKPOINT_METHODS"}): "methods the planner sizes vs methods needing a checkpoint config",
+    frozenset({"GROUP_METHODS", "_CHECKPOINT_METHODS"}): "group-quantized methods vs methods needing a checkpoint config",
+    frozenset({"QUANT_MIN_CC", "_OVERRIDES"}): "minimum compute capability vs the kernels that override a method",
+    frozenset({"ROCM_QUANTIZATION", "_OVERRIDES"}): "ROCm's method list vs the kernels that override a method",
+    frozenset({"KNOWN_METHODS", "_OVERRIDES"}): "methods the planner sizes vs the kernels that override a method",
     frozenset({"ALLOWED_RANKS", "SUPPORTED_HEAD_DIMS"}): "vLLM's LoRA ranks vs the tiny model's attention head sizes",
     frozenset({"ALLOWED_RANKS", "TP_SIZES"}): "vLLM's LoRA ranks vs the tensor-parallel sizes the planner tries",
     frozenset({"ALLOWED_RANKS", "CPU_ATTENTION_HEAD_SIZES"}): "vLLM's LoRA ranks vs the CPU backend's head sizes",
