@@ -271,13 +271,18 @@ def candidate_layouts(g: GpuInputs) -> list[tuple[int, int]]:
 # --- Step 2: pick -------------------------------------------------------------------------------
 
 
+def _moe_dp(g: GpuInputs) -> int:
+    """The data-parallel ranks whose tokens an MoE's experts gather (scheduler._moe_dp_step); 1 for a dense model."""
+    return g.dp if g.plan.spec.is_moe else 1
+
+
 def _settle_scheduler(g: GpuInputs, tp: int, pp: int, util: Utilization) -> Candidate:
     """Evaluate a layout at the profile's scheduler, then let scheduler and KV pool settle together."""
     ctx, world = g.plan, tp * pp
-    sched = schedule(ctx, g.gpu, UNBOUNDED_KV_TOKENS, g.want_len, world)
+    sched = schedule(ctx, g.gpu, UNBOUNDED_KV_TOKENS, g.want_len, world, _moe_dp(g))
     cand = evaluate(g, tp=tp, pp=pp, util=util.value, outside=util.outside, max_model_len=g.want_len, sched=sched)
     for _pass in range(SCHEDULER_SETTLE_PASSES):
-        settled = schedule(ctx, g.gpu, max(cand.kv_tokens, 1), g.want_len, world)
+        settled = schedule(ctx, g.gpu, max(cand.kv_tokens, 1), g.want_len, world, _moe_dp(g))
         if (settled.max_num_seqs, settled.max_num_batched_tokens) == (
                 sched.max_num_seqs, sched.max_num_batched_tokens):
             break  # a fixed point: evaluating again gives the same candidate
@@ -422,7 +427,7 @@ def settle_max_model_len(g: GpuInputs, pick: Pick) -> tuple[Candidate, int, bool
     spec, kv_bytes = ctx.spec, ctx.precision.kv_bytes
     final_len, clamped = g.want_len, False
     for _pass in range(MAX_MODEL_LEN_SETTLE_PASSES):
-        sched = schedule(ctx, g.gpu, max(chosen.kv_tokens, 1), final_len, chosen.world)
+        sched = schedule(ctx, g.gpu, max(chosen.kv_tokens, 1), final_len, chosen.world, _moe_dp(g))
         chosen = evaluate(g, tp=chosen.tp, pp=chosen.pp, util=pick.settle_util,
                           outside=chosen.memory.outside_budget, max_model_len=final_len, sched=sched)
         if chosen.fits_one_request:
@@ -602,7 +607,7 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     pick.utilization.record(d)
     chosen, final_len, clamped = settled if settled is not None else settle_max_model_len(g, pick)
     check_eplb_layout(g, chosen, d)
-    schedule(ctx, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world).record(d, dp=g.dp)
+    schedule(ctx, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world, _moe_dp(g)).record(d, dp=g.dp)
     _record_max_model_len(g, final_len, clamped, d)
     parallel = _record_layout(g, chosen, d)
     _record_speculative(g, chosen, d)

@@ -100,7 +100,7 @@ def test_an_moe_that_fits_one_gpu_keeps_independent_replicas(host: dict[str, Any
         # Pinned as the note says: DP 8 x TP 1 with EP, experts over 8 GPUs (3.352 GiB + 2.443 GiB replicated).
         dp = _plan(host, name, data_parallel_size=8)
         assert (dp["parallel"]["data_parallel_size"], dp["engine_args"]["enable-expert-parallel"]) == (8, True)
-        assert (dp["prediction"]["kv_cache_tokens"], dp["memory_gib"]["weights"]) == (4_134_800, 5.795)
+        assert (dp["prediction"]["kv_cache_tokens"], dp["memory_gib"]["weights"]) == (4_353_952, 5.795)
         assert round(28_789_702_656 / 8 / 2**30, 3) == 3.352
 
 
