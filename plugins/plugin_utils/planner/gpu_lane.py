@@ -16,11 +16,12 @@ from .headroom import Utilization, utilization
 from .inputs import Gpu
 from .lora import describe as describe_lora
 from .lora import lora_bytes_per_stage
-from .memory import eplb_bytes_per_stage
+from .memory import checkpoint_scale, eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
 from .speculative import SpecDecode, check_draft_tp, describe, draft_kv
+from .weight_split import weight_split
 
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel sizes tried, smallest first
 # Re-evaluations after the first guess (UNBOUNDED_KV_TOKENS). max_num_seqs follows the KV pool, and the
@@ -576,6 +577,18 @@ def _record_features(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     d.keep_user_args(user)
 
 
+def _record_weights(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
+    """One reason line per part of the fullest GPU's weights (``weights.<part>``): what TP, EP, DP and PP split."""
+    ctx = g.plan
+    spec, prec = ctx.spec, ctx.precision
+    dp = g.dp if spec.is_moe else 1
+    split = weight_split(spec, chosen.tp, chosen.pp, prec.dense_bytes, prec.quant, moe_expert_shards(chosen.tp, dp),
+                         uses_expert_parallel(g, chosen.tp, chosen.pp), dp=g.dp,
+                         scale=checkpoint_scale(spec, prec.dense_bytes, prec.quant, ctx.weights_total_bytes),
+                         version=ctx.rules.text)
+    d.reasons.update(split.reasons())
+
+
 def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     """Emit the user's speculative_config with what the draft costs on the chosen layout (none: nothing)."""
     sd = g.plan.speculative
@@ -610,6 +623,7 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     schedule(ctx, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world, _moe_dp(g)).record(d, dp=g.dp)
     _record_max_model_len(g, final_len, clamped, d)
     parallel = _record_layout(g, chosen, d)
+    _record_weights(g, chosen, d)
     _record_speculative(g, chosen, d)
     _record_lora(g, chosen, d)
     _record_features(g, chosen, d)
