@@ -6,7 +6,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .candidate import Candidate, evaluate, uses_expert_parallel
+from .candidate import Candidate, evaluate, expert_parallel, uses_expert_parallel
 from .context import GpuInputs, PlanInputs
 from .decision import Decision
 from .engine_args import wanted_max_model_len
@@ -553,14 +553,11 @@ def _moe_engines_note(g: GpuInputs, chosen: Candidate) -> str:
 def _record_features(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     """Emit expert parallelism, eager/compile mode, explicit KV bytes, the sliding-window note, user args."""
     spec, user = g.plan.spec, g.plan.user
-    if spec.is_moe and "enable-expert-parallel" not in user and uses_expert_parallel(g, chosen.tp, chosen.pp):
-        if g.dp > 1:  # the memory plan spreads the experts over DP x TP (model.moe_expert_shards)
-            d.set("enable-expert-parallel", True, f"MoE with {spec.num_experts} experts: shard whole experts over "
-                  f"DP x TP = {g.dp * chosen.world} GPUs (every data-parallel rank's, vLLM's expert-parallel group) "
-                  "instead of slicing each one; the memory plan counts them so")
-        else:
-            d.set("enable-expert-parallel", True, f"MoE with {spec.num_experts} experts: shard whole experts over "
-                  f"the {chosen.world} GPUs instead of slicing each one (fewer, larger GEMMs)")
+    ep = expert_parallel(g, chosen.tp, chosen.pp)
+    if ep.kind in ("better", "required"):
+        d.set("enable-expert-parallel", True, ep.why)
+    elif ep.kind == "off":
+        d.note("enable-expert-parallel", ep.why)
     if spec.is_moe and g.dp > 1:
         d.warnings.append(f"MoE with data parallelism: vLLM runs the {g.dp} ranks as one group in lock step (an idle "
                           "rank runs dummy steps)")
