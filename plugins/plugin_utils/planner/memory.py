@@ -147,7 +147,7 @@ def weights_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant
 
 
 def checkpoint_scale(spec: ModelSpec, dense_bytes: int, quant: Quantization,
-                      weights_total_bytes: int | None) -> float | None:
+                     weights_total_bytes: int | None) -> float | None:
     """The factor from the architecture's weight bytes to the checkpoint's real size (safetensors index
     total_size), or None when that size is unknown."""
     if not weights_total_bytes:

@@ -82,7 +82,7 @@ def weight_split(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Qua
     """The weights on the fullest GPU of TP x PP (x DP for an MoE's experts), by part, each with its reason.
 
     ``expert_shards``: the GPUs routed experts are spread over (DP x TP); ``scale``: the factor to the checkpoint's
-    real size (``memory._checkpoint_scale``) when known, applied to every part alike.
+    real size (``memory.checkpoint_scale``) when known, applied to every part alike.
     """
     q = quant or spec.quantization
     counts = stage_layers(spec.num_layers, pp)
@@ -158,8 +158,8 @@ def _reasons(spec: ModelSpec, tp: int, dp: int, shards: int, ep: bool, layers: i
                    f"(DP {dp} x TP {tp}, expert parallelism off)")
     out = {
         "attention": attention,
-        "dense_mlp": f"{layers - moe_layers} dense MLP layers split {over_tp}{rank_copy}" + _cite(version,
-                                                                                                   "dense_mlp"),
+        "dense_mlp": (f"{layers - moe_layers} dense MLP layers split {over_tp}{rank_copy}"
+                      + _cite(version, "dense_mlp")),
         "routed_experts": experts + _cite(version, "routed_experts"),
         "shared_experts": (f"shared experts of {moe_layers} MoE layers split {over_tp}{rank_copy}"
                            + _cite(version, "shared_experts")),

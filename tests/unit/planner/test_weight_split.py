@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import plan
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import stage_layers, weights_bytes_per_gpu
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import (
+    stage_layers,
+    weights_bytes_per_gpu,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import load_model
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.weight_split import weight_split
 
@@ -49,9 +52,9 @@ def test_dp16_with_ep_shards_the_experts_over_all_16_ranks_and_keeps_the_rest_wh
     layers (determine_expert_map); attention, dense layers, shared experts, routers and the vocab-parallel embedding
     and lm_head are whole on every rank (TP 1). Against TP 8 (the published layout) the experts per GPU halve and the
     attention grows eightfold, except MLA's replicated latent projections."""
-    spec, dp16 = _split("deepseek-r1", 1, dp=16, ep=True)
-    _spec, tp1 = _split("deepseek-r1", 1)
-    _spec, tp8 = _split("deepseek-r1", 8)
+    dp16 = _split("deepseek-r1", 1, dp=16, ep=True)[1]
+    tp1 = _split("deepseek-r1", 1)[1]
+    tp8 = _split("deepseek-r1", 8)[1]
     wide, whole, tp8_parts = _parts(dp16), _parts(tp1), _parts(tp8)
     assert wide["routed_experts"] == pytest.approx(whole["routed_experts"] / 16, rel=1e-9)
     assert wide["routed_experts"] == pytest.approx(tp8_parts["routed_experts"] / 2, rel=1e-9)
@@ -74,7 +77,7 @@ def test_dp16_with_ep_shards_the_experts_over_all_16_ranks_and_keeps_the_rest_wh
 
 def test_uneven_experts_say_which_ranks_hold_one_more() -> None:
     """determine_expert_map gives the first E % EP ranks one expert more (expert_map_manager.py:66-69)."""
-    _spec, split = _split("gpt-oss-20b", 1, dp=3, ep=True)  # 32 experts over 3 GPUs
+    split = _split("gpt-oss-20b", 1, dp=3, ep=True)[1]  # 32 experts over 3 GPUs
     assert "10 or 11 whole experts per GPU (the first 2 ranks hold one more" in split.reasons()["weights.routed_experts"]
 
 
@@ -102,8 +105,7 @@ def test_the_largest_stage_sizes_the_gpu_and_the_plan_says_which() -> None:
 
 
 def _checkpoint(name: str) -> dict[str, Any]:
-    config, _total, _dir = load_model(str(CHECKPOINTS / name))
-    return config
+    return load_model(str(CHECKPOINTS / name))[0]
 
 
 def test_ep_is_off_for_plain_tp_as_the_recipes_run_it() -> None:
