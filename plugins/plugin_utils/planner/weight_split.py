@@ -61,7 +61,8 @@ class WeightSplit:
 
     def reasons(self) -> dict[str, str]:
         """``weights.<part>`` -> ``<GiB> GiB per GPU: <reason>``, one line each (the plan's reasons)."""
-        out = {f"weights.{p.name}": f"{p.bytes / GIB:.2f} GiB per GPU: {p.reason}" for p in self.parts if p.bytes}
+        out = {f"weights.{p.name}": f"{p.bytes / GIB:.2f} GiB per GPU: {p.reason}" for p in self.parts
+               if p.bytes >= GIB // 200}  # parts that round to 0.00 GiB (norms) say nothing
         if len(self.stage_layers) > 1:
             out["weights.stages"] = (
                 f"pipeline stages hold {list(self.stage_layers)} layers; stage {self.stage} (layers "
@@ -145,6 +146,9 @@ def _reasons(spec: ModelSpec, tp: int, dp: int, shards: int, ep: bool, layers: i
                      f"(TP {tp} > KV heads: one KV head per GPU)")
     else:
         attention = f"{layers} attention layers: q/k/v/o split {per_rank}"
+    mixers = sum(1 for layer in range(first, first + layers) if spec.layer_kinds[layer] == "mamba")
+    if mixers:
+        attention += f" ({mixers} of them linear-attention / Mamba mixers, split the same way)"
     attention += _cite(version, "attention")
     if ep:
         base, rem = divmod(spec.num_experts, shards)
