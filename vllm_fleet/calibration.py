@@ -112,6 +112,9 @@ def observation_inputs(obs: dict[str, Any], model_config: dict[str, Any]) -> dic
     if obs.get("enforce_eager"):
         engine_args["enforce_eager"] = True
     text = " ".join(str(obs.get(k, "")) for k in ("notes",)) + " ".join(obs.get("evidence", []))
+    # The non-default args the log prints: expert parallelism is the user's choice there, reproduce it.
+    if re.search(r"enable_expert_parallel['\"]?:? (True|true)", text):
+        engine_args["enable_expert_parallel"] = True
     offline = bool(re.search(r"\bLLM\(|[Oo]ffline LLM", text))
     # The observation ran vLLM's own scheduler defaults unless it says otherwise: reproduce them.
     version = _version(str(obs["vllm_version"]))

@@ -28,6 +28,7 @@ from .memory import (
 from .model import ModelSpec, moe_expert_shards, stage_layers
 from .rules import VersionRules
 from .scheduler import Schedule
+from .shape_rules import expert_parallel_required
 from .speculative import check_draft_tp, draft_kv, draft_weight_bytes
 
 
@@ -100,15 +101,65 @@ def decode_context_parallel(ctx: PlanInputs, tp: int) -> int:
     return dcp
 
 
+#: Where vLLM's own recipes (vllm-project/recipes @ 8959cf64189c71d36e11c6a30335f923f261b1f7) run an MoE that fits
+#: its GPUs as plain TP, without --enable-expert-parallel; and where they pair data parallelism with EP.
+RECIPES_PLAIN_TP = ("OpenAI/GPT-OSS.md:46-47 (gpt-oss-120b --tensor-parallel-size 2/4), GLM/GLM.md:43-44 (GLM-4.5-Air-FP8 "
+                    "TP 8), Qwen/Qwen3-Next.md:25-26 (TP 4), Llama/Llama4-Scout.md:110-112")
+RECIPES_DP_EP = "DeepSeek/DeepSeek-V3.md:70-73 (--data-parallel-size 8 --enable-expert-parallel)"
+
+
+@dataclass(frozen=True)
+class ExpertParallel:
+    """Whether an MoE layout runs with ``--enable-expert-parallel``, and the true reason: set by you, required (a
+    vLLM shape rule makes plain TP impossible), better (data parallelism: DP-attention with EP), or off (plain TP)."""
+
+    on: bool
+    kind: str  # "none" (not an MoE / one GPU), "pinned", "required", "better", "off"
+    why: str
+
+
+def expert_parallel(g: GpuInputs, tp: int, pp: int) -> ExpertParallel:
+    """The EP decision for an MoE layout of TP x PP (x the inputs' DP), by rule.
+
+    - pinned: the user's ``enable_expert_parallel`` always wins (vLLM then applies its shape rules to it);
+    - required by EPLB: ``--enable-eplb`` runs only with EP;
+    - better: data parallelism (DP > 1): each rank keeps its attention and KV cache, whole experts are sharded over
+      DP x TP GPUs (``fused_moe/expert_map_manager.py`` ``determine_expert_map``) as vLLM's recipes run it;
+    - required: plain TP breaks a vLLM load-time shape rule that EP avoids (``shape_rules.expert_parallel_required``);
+    - off: plain TP, what vLLM's recipes run for MoE models that fit their GPUs (:data:`RECIPES_PLAIN_TP`).
+
+    vLLM 0.32 uses EP only when DP x PCP x TP > 1 (``model_executor/layers/fused_moe/config.py:1189-1192``).
+    """
+    ctx = g.plan
+    spec = ctx.spec
+    if not spec.is_moe:
+        return ExpertParallel(False, "none", "")
+    if "enable-expert-parallel" in ctx.user:
+        return ExpertParallel(bool(ctx.user["enable-expert-parallel"]), "pinned", "set by you")
+    if tp * pp * g.dp <= 1:
+        return ExpertParallel(False, "none", "one GPU holds every expert: nothing to shard")
+    if g.eplb:
+        return ExpertParallel(True, "required", (
+            "required: --enable-eplb needs expert parallelism (vLLM: 'enable_expert_parallel must be True to use "
+            "EPLB', config/parallel.py:565-566)"))
+    if g.dp > 1:
+        how = f"picked by the layout comparison ({g.dp_picked})" if g.dp_picked else "data parallelism set by you"
+        return ExpertParallel(True, "better", (
+            f"better: DP-attention with EP, {how}: each of the {g.dp} ranks keeps its attention and KV cache, the "
+            f"{spec.num_experts} experts are sharded whole over DP x TP = {g.dp * tp * pp} GPUs (vLLM's "
+            f"expert-parallel group) as vLLM's recipes run data parallelism ({RECIPES_DP_EP})"))
+    words = expert_parallel_required(spec, ctx.precision.quant, tp, g.dp, ctx.rules.text)
+    if words:
+        return ExpertParallel(True, "required", f"required: plain TP {tp} breaks vLLM's shape rule: {words}")
+    return ExpertParallel(False, "off", (
+        f"off: plain TP {tp} slices each of the {spec.num_experts} experts over the {tp * pp} GPUs, what vLLM's "
+        f"recipes run for MoE models that fit their GPUs ({RECIPES_PLAIN_TP}); pin enable_expert_parallel: true "
+        "for whole experts per GPU"))
+
+
 def uses_expert_parallel(g: GpuInputs, tp: int, pp: int) -> bool:
-    """Whether an MoE layout runs with ``--enable-expert-parallel``: the user's value, else on whenever its experts
-    span more than one GPU (DP x TP x PP > 1). vLLM 0.32 uses it only when DP x PCP x TP > 1
-    (``model_executor/layers/fused_moe/config.py:1189-1192``)."""
-    if not g.plan.spec.is_moe:
-        return False
-    if "enable-expert-parallel" in g.plan.user:
-        return bool(g.plan.user["enable-expert-parallel"])
-    return tp * pp * g.dp > 1
+    """Whether an MoE layout runs with ``--enable-expert-parallel`` (:func:`expert_parallel`)."""
+    return expert_parallel(g, tp, pp).on
 
 
 def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_model_len: int,

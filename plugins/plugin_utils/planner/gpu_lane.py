@@ -6,7 +6,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .candidate import Candidate, evaluate, uses_expert_parallel
+from .candidate import Candidate, evaluate, expert_parallel, uses_expert_parallel
 from .context import GpuInputs, PlanInputs
 from .decision import Decision
 from .engine_args import wanted_max_model_len
@@ -16,12 +16,13 @@ from .headroom import Utilization, utilization
 from .inputs import Gpu
 from .lora import describe as describe_lora
 from .lora import lora_bytes_per_stage
-from .memory import describe_layout, eplb_bytes_per_stage
+from .memory import checkpoint_scale, describe_layout, eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
 from .shape_rules import refusal, shape_violations
 from .speculative import SpecDecode, check_draft_tp, describe, draft_kv
+from .weight_split import weight_split
 
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel sizes tried, smallest first
 # Re-evaluations after the first guess (UNBOUNDED_KV_TOKENS). max_num_seqs follows the KV pool, and the
@@ -292,13 +293,18 @@ def candidate_layouts(g: GpuInputs) -> list[tuple[int, int]]:
 # --- Step 2: pick -------------------------------------------------------------------------------
 
 
+def _moe_dp(g: GpuInputs) -> int:
+    """The data-parallel ranks whose tokens an MoE's experts gather (scheduler._moe_dp_step); 1 for a dense model."""
+    return g.dp if g.plan.spec.is_moe else 1
+
+
 def _settle_scheduler(g: GpuInputs, tp: int, pp: int, util: Utilization) -> Candidate:
     """Evaluate a layout at the profile's scheduler, then let scheduler and KV pool settle together."""
     ctx, world = g.plan, tp * pp
-    sched = schedule(ctx, g.gpu, UNBOUNDED_KV_TOKENS, g.want_len, world)
+    sched = schedule(ctx, g.gpu, UNBOUNDED_KV_TOKENS, g.want_len, world, _moe_dp(g))
     cand = evaluate(g, tp=tp, pp=pp, util=util.value, outside=util.outside, max_model_len=g.want_len, sched=sched)
     for _pass in range(SCHEDULER_SETTLE_PASSES):
-        settled = schedule(ctx, g.gpu, max(cand.kv_tokens, 1), g.want_len, world)
+        settled = schedule(ctx, g.gpu, max(cand.kv_tokens, 1), g.want_len, world, _moe_dp(g))
         if (settled.max_num_seqs, settled.max_num_batched_tokens) == (
                 sched.max_num_seqs, sched.max_num_batched_tokens):
             break  # a fixed point: evaluating again gives the same candidate
@@ -443,7 +449,7 @@ def settle_max_model_len(g: GpuInputs, pick: Pick) -> tuple[Candidate, int, bool
     spec, kv_bytes = ctx.spec, ctx.precision.kv_bytes
     final_len, clamped = g.want_len, False
     for _pass in range(MAX_MODEL_LEN_SETTLE_PASSES):
-        sched = schedule(ctx, g.gpu, max(chosen.kv_tokens, 1), final_len, chosen.world)
+        sched = schedule(ctx, g.gpu, max(chosen.kv_tokens, 1), final_len, chosen.world, _moe_dp(g))
         chosen = evaluate(g, tp=chosen.tp, pp=chosen.pp, util=pick.settle_util,
                           outside=chosen.memory.outside_budget, max_model_len=final_len, sched=sched)
         if chosen.fits_one_request:
@@ -568,14 +574,11 @@ def _moe_engines_note(g: GpuInputs, chosen: Candidate) -> str:
 def _record_features(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     """Emit expert parallelism, eager/compile mode, explicit KV bytes, the sliding-window note, user args."""
     spec, user = g.plan.spec, g.plan.user
-    if spec.is_moe and "enable-expert-parallel" not in user and uses_expert_parallel(g, chosen.tp, chosen.pp):
-        if g.dp > 1:  # the memory plan spreads the experts over DP x TP (model.moe_expert_shards)
-            d.set("enable-expert-parallel", True, f"MoE with {spec.num_experts} experts: shard whole experts over "
-                  f"DP x TP = {g.dp * chosen.world} GPUs (every data-parallel rank's, vLLM's expert-parallel group) "
-                  "instead of slicing each one; the memory plan counts them so")
-        else:
-            d.set("enable-expert-parallel", True, f"MoE with {spec.num_experts} experts: shard whole experts over "
-                  f"the {chosen.world} GPUs instead of slicing each one (fewer, larger GEMMs)")
+    ep = expert_parallel(g, chosen.tp, chosen.pp)
+    if ep.kind in ("better", "required"):
+        d.set("enable-expert-parallel", True, ep.why)
+    elif ep.kind == "off":
+        d.note("enable-expert-parallel", ep.why)
     if spec.is_moe and g.dp > 1:
         d.warnings.append(f"MoE with data parallelism: vLLM runs the {g.dp} ranks as one group in lock step (an idle "
                           "rank runs dummy steps)")
@@ -597,6 +600,18 @@ def _record_features(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
         d.note("sliding-window", f"{spec.layer_kinds.count('sliding')} of {spec.num_layers} layers keep only "
                f"{spec.sliding_window} tokens: the hybrid KV manager sizes those layers by the window")
     d.keep_user_args(user)
+
+
+def _record_weights(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
+    """One reason line per part of the fullest GPU's weights (``weights.<part>``): what TP, EP, DP and PP split."""
+    ctx = g.plan
+    spec, prec = ctx.spec, ctx.precision
+    dp = g.dp if spec.is_moe else 1
+    split = weight_split(spec, chosen.tp, chosen.pp, prec.dense_bytes, prec.quant, moe_expert_shards(chosen.tp, dp),
+                         uses_expert_parallel(g, chosen.tp, chosen.pp), dp=g.dp,
+                         scale=checkpoint_scale(spec, prec.dense_bytes, prec.quant, ctx.weights_total_bytes),
+                         version=ctx.rules.text)
+    d.reasons.update(split.reasons())
 
 
 def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
@@ -630,9 +645,10 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     pick.utilization.record(d)
     chosen, final_len, clamped = settled if settled is not None else settle_max_model_len(g, pick)
     check_eplb_layout(g, chosen, d)
-    schedule(ctx, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world).record(d, dp=g.dp)
+    schedule(ctx, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world, _moe_dp(g)).record(d, dp=g.dp)
     _record_max_model_len(g, final_len, clamped, d)
     parallel = _record_layout(g, chosen, d)
+    _record_weights(g, chosen, d)
     _record_speculative(g, chosen, d)
     _record_lora(g, chosen, d)
     _record_features(g, chosen, d)

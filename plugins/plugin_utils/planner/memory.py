@@ -146,12 +146,12 @@ def weights_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant
     """Weight bytes per GPU of each pipeline stage, scaled to the checkpoint's real size when known
     (``expert_shards``: the GPUs routed experts are spread over, default ``tp``)."""
     per_stage = list(weights_bytes_per_gpu(spec, tp, pp, dense_bytes, quant, expert_shards))
-    scale = _checkpoint_scale(spec, dense_bytes, quant, weights_total_bytes)
+    scale = checkpoint_scale(spec, dense_bytes, quant, weights_total_bytes)
     return per_stage if scale is None else [int(w * scale) for w in per_stage]
 
 
-def _checkpoint_scale(spec: ModelSpec, dense_bytes: int, quant: Quantization,
-                      weights_total_bytes: int | None) -> float | None:
+def checkpoint_scale(spec: ModelSpec, dense_bytes: int, quant: Quantization,
+                     weights_total_bytes: int | None) -> float | None:
     """The factor from the architecture's weight bytes to the checkpoint's real size (safetensors index
     total_size), or None when that size is unknown."""
     if not weights_total_bytes:
@@ -183,7 +183,7 @@ def eplb_bytes_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, qu
     q = quant or spec.quantization
     per_expert = 3 * spec.hidden_size * spec.moe_intermediate_size * q.linear_bytes_per_param(dense_bytes)
     local_physical = (spec.num_experts + redundant) / expert_shards
-    scale = _checkpoint_scale(spec, dense_bytes, quant, weights_total_bytes) or 1.0
+    scale = checkpoint_scale(spec, dense_bytes, quant, weights_total_bytes) or 1.0
     result: list[int] = []
     start = 0
     for count in stage_layers(spec.num_layers, pp):

@@ -533,12 +533,11 @@ def _layer_bytes(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: boo
 
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage: even split, remainder to the middle/first stages
-    (distributed/utils.py get_pp_indices)."""
+    """Layers per pipeline stage as vLLM splits them (``distributed/utils.py`` ``get_pp_indices``, 0.32 :126-170,
+    0.33 :198-242): an even split, the remainder one layer each to the stages before the last, from the
+    second-to-last backwards (the last stage holds the final norm and lm_head, the first the embedding)."""
     base, rem = divmod(num_layers, pp)
     counts = [base] * pp
-    # vLLM gives the extra layers to stages starting from the middle; the max is what we need.
-    order = list(range(pp // 2, pp)) + list(range(0, pp // 2))
-    for i in range(rem):
-        counts[order[i % pp]] += 1
+    for i in range(2, rem + 2):
+        counts[-i] += 1
     return counts

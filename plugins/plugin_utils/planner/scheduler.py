@@ -15,6 +15,9 @@ from .rules import SchedulerDefaults, scheduler_defaults
 _defaults = lru_cache(maxsize=256)(scheduler_defaults)
 UNBOUNDED_KV_TOKENS = 10**9  # a first KV estimate so large that only the profile caps max_num_seqs
 CUDA_GRAPH_SIZE_STEP = 8  # max_num_seqs >= 16 is rounded down to a multiple of this (a captured size)
+# The smallest step the planner divides an MoE's data-parallel step down to (vLLM's own default on the small tier,
+# rules.scheduler_defaults): below it a long prompt takes many steps to prefill.
+MOE_DP_MIN_BATCHED_TOKENS = 2048
 
 
 @dataclass(slots=True)  # built in the hot loop: slots, not frozen (frozen init costs ~2x); never mutated
@@ -58,7 +61,7 @@ def _tier_note(defaults: SchedulerDefaults) -> str:
 
 
 def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: Gpu | None, seqs: int,
-                            max_model_len: int) -> tuple[int, str]:
+                            max_model_len: int, moe_dp: int = 1) -> tuple[int, str]:
     """The user's value, else a step size for the profile's goal (vLLM's default on CPU)."""
     sd = ctx.speculative
     if "max-num-batched-tokens" in ctx.user:
@@ -87,6 +90,8 @@ def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: G
     if gpu is None:
         tokens = defaults.max_num_batched_tokens
         reason = f"vLLM's CPU default ({tokens} = 2048 x world size)"
+    elif moe_dp > 1:
+        tokens, reason = _moe_dp_step(tokens, reason, moe_dp)
     tokens = min(tokens, seqs * max_model_len)
     if sd is not None and tokens < seqs * sd.query_len:
         tokens = seqs * sd.query_len
@@ -95,13 +100,31 @@ def _max_num_batched_tokens(ctx: PlanInputs, defaults: SchedulerDefaults, gpu: G
     return tokens, reason
 
 
+def _moe_dp_step(tokens: int, reason: str, dp: int) -> tuple[int, str]:
+    """An MoE's data-parallel step: the profile's step divided by DP (not below MOE_DP_MIN_BATCHED_TOKENS).
+
+    vLLM 0.32's default all2all backend (``allgather_reducescatter``, ``config/parallel.py:219``) gathers every DP
+    rank's hidden states and router logits before the experts (``distributed/device_communicators/all2all.py:
+    109-124``), and the fused-MoE workspaces are sized for the whole gathered batch, unchunked
+    (``model_executor/layers/fused_moe/modular_kernel.py:1274-1298``: ``M_chunk = M_full``): each rank's experts
+    see DP x max_num_batched_tokens rows. Dividing the step by DP keeps that batch at one engine's size.
+    """
+    step = max(MOE_DP_MIN_BATCHED_TOKENS, tokens // dp)
+    if step >= tokens:
+        return tokens, reason
+    return step, (f"{reason}; divided by the {dp} data-parallel ranks ({tokens} / {dp}, at least "
+                  f"{MOE_DP_MIN_BATCHED_TOKENS}): vLLM's allgather all2all gathers every rank's tokens before the "
+                  f"experts, so each rank's experts see {dp} x {step} = {dp * step} rows")
+
+
 def schedule(ctx: PlanInputs, gpu: Gpu | None, kv_tokens_estimate: int, max_model_len: int,
-             world: int) -> Schedule:
-    """max_num_seqs and max_num_batched_tokens from the profile and the predicted KV capacity."""
+             world: int, moe_dp: int = 1) -> Schedule:
+    """max_num_seqs and max_num_batched_tokens from the profile and the predicted KV capacity (``moe_dp``: an MoE's
+    data-parallel ranks, whose experts see every rank's tokens; 1 otherwise)."""
     defaults = _defaults(gpu.name if gpu else None, gpu.memory_mib / 1024 if gpu else None,
                          world if gpu is None else 1, ctx.policy.offline,
                          gpu.compute_capability if gpu else None, ctx.rules.small_tier_capabilities)
     seqs, seqs_reason = _max_num_seqs(ctx, defaults, kv_tokens_estimate)
-    tokens, tokens_reason = _max_num_batched_tokens(ctx, defaults, gpu, seqs, max_model_len)
+    tokens, tokens_reason = _max_num_batched_tokens(ctx, defaults, gpu, seqs, max_model_len, moe_dp)
     return Schedule(max_num_seqs=seqs, max_num_batched_tokens=tokens, seqs_reason=seqs_reason,
                     tokens_reason=tokens_reason)

@@ -314,6 +314,11 @@ def render_markdown(records: Mapping[str, Mapping[str, Any]], title: str = "vllm
     return "\n".join(out)
 
 
+def _layout(row: Mapping[str, Any]) -> str:
+    """``8x2``, or ``1x1 dp16`` under data parallelism (the KV figures are then per data-parallel rank)."""
+    return f"{row['tp']}x{row['pp']}" + (f" dp{row['dp']}" if row["dp"] > 1 else "")
+
+
 def summary_lines(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """A short fixed-width table for the end of the play (one row per host), then one ``!!`` line per vLLM version
     newer than the newest verified release (its hosts are marked ``!`` in the table)."""
@@ -322,7 +327,7 @@ def summary_lines(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
     flagged = {h for hosts in unverified_hosts(records).values() for h in hosts}
     for h in sorted(records):
         r = _row_data(h, records[h])
-        rows.append((h, r["sku"], r["gpus"], r["vllm"] + (" !" if h in flagged else ""), f"{r['tp']}x{r['pp']}",
+        rows.append((h, r["sku"], r["gpus"], r["vllm"] + (" !" if h in flagged else ""), _layout(r),
                      _fmt_int(r["kv_tokens"]), _fmt_float(r["concurrency"])))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     table = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]

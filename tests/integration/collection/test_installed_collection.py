@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 EXAMPLE = ROOT / "inventories/example"
-HOSTS = ["h100-01", "h100-02", "h200-01", "l40s-01", "t4-01"]
+HOSTS = ["h100-01", "h100-02", "h100-03", "h100-04", "h200-01", "l40s-01", "t4-01"]
 NAME = "vllm_fleet.fleet"
 
 

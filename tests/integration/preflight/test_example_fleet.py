@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventories/example"
-HOSTS = ["h100-01", "h100-02", "h200-01", "l40s-01", "t4-01"]
+HOSTS = ["h100-01", "h100-02", "h100-03", "h100-04", "h200-01", "l40s-01", "t4-01"]
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,13 @@ def test_preflight_plans_the_whole_fleet(example_run: tuple[Any, Path]) -> None:
     for host in ("h100-01", "h100-02"):
         par = plans[host]["plan"]["parallel"]
         assert (par["tensor_parallel_size"], par["pipeline_parallel_size"], par["nodes"]) == (8, 2, 2)
+    # The DeepSeek-R1 group: DP 16 over its two H100 nodes with EP, experts over all 16 ranks (issue 35).
+    for host in ("h100-03", "h100-04"):
+        ds = plans[host]["plan"]
+        assert (ds["parallel"]["data_parallel_size"], ds["parallel"]["nodes"]) == (16, 2)
+        assert ds["engine_args"]["enable-expert-parallel"] is True
+        assert "expert-parallel group of 16 GPUs" in ds["reasons"]["weights.routed_experts"]
+    assert "1x1 dp16" in run.output
     # The T4 never gets bf16 (sm75), whatever the checkpoint says.
     assert "bfloat16" not in json.dumps(plans["t4-01"]["plan"]["engine_args"])
     for host in HOSTS:
@@ -95,12 +102,13 @@ def test_deploys_serial_keeps_the_multinode_group_in_one_batch(tmp_path: Path, p
     addresses.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {
         host: {"ansible_host": f"198.18.0.{i}",
                "vllm_fleet_env": {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}}
-        for i, host in enumerate(["h100-01", "h100-02"], 1)}}}}}))
+        for i, host in enumerate(["h100-01", "h100-02", "h100-03", "h100-04"], 1)}}}}}))
     run = playbook(str(play), EXAMPLE, tmp_path / "artifacts", {"VLLM_FLEET_API_KEY": "example-fleet-test-key-7c1d"},
                    ["-i", str(addresses), "-e", f"vllm_fleet_recorded_facts_dir={EXAMPLE / 'recorded_facts'}",
                     "-e", "vllm_fleet_rollout_batch=1"])
     assert run.rc == 0, run.output[-4000:]
-    assert re.findall(r"batch ([\w,-]+)", run.output) == ["h100-01,h100-02", "h200-01", "l40s-01", "t4-01"]
+    batches = ["h100-01,h100-02", "h100-03,h100-04", "h200-01", "l40s-01", "t4-01"]
+    assert re.findall(r"batch ([\w,-]+)", run.output) == batches
     assert "Group the hosts" not in run.output  # no per-host task makes the groups
 
 

@@ -91,12 +91,12 @@ def test_moe_with_pinned_data_parallelism_counts_the_experts_over_dp_x_tp() -> N
     assert result["parallel"]["gpus_per_replica"] == 8
     assert (result["memory_gib"]["weights"], alone["memory_gib"]["weights"]) == (8.197, 28.447)
     assert round((7_247_757_312 + 931_528_704 + 622_329_856) / 2**30, 3) == 8.197
-    assert result["prediction"]["kv_cache_tokens"] == 1_338_912 > alone["prediction"]["kv_cache_tokens"]
+    assert result["prediction"]["kv_cache_tokens"] == 1_408_672 > alone["prediction"]["kv_cache_tokens"]
     assert not any("the KV prediction is low" in w for w in result["warnings"])
     assert any("vLLM runs the 4 ranks as one group in lock step" in w for w in result["warnings"])
     assert "DP x TP = 8 GPUs" in result["reasons"]["enable-expert-parallel"]
     assert result["reasons"]["data-parallel-size"].endswith(
-        "vLLM logs one KV line per engine: 1,338,912 tokens each, 5,355,648 in all over the 4 engines")
+        "vLLM logs one KV line per engine: 1,408,672 tokens each, 5,634,688 in all over the 4 engines")
     pinned = _plan("qwen3-30b-a3b", data_parallel_size=4, tensor_parallel_size=1, enable_expert_parallel=True)
     assert pinned["engine_args"]["enable-expert-parallel"] is True  # passed through, as without DP
     assert pinned["reasons"]["enable-expert-parallel"] == "set by you"
@@ -166,3 +166,18 @@ def test_data_parallelism_on_the_cpu_lane_is_refused() -> None:
     with pytest.raises(PlanError, match=r"^--data-parallel-size 2 is not planned on the CPU lane: .*leave "
                                         r"data_parallel_size unset and add hosts$"):
         _plan("tiny-llama", host=CPU, data_parallel_size=2)
+
+
+def test_an_moes_data_parallel_step_is_divided_by_the_ranks_whose_tokens_its_experts_gather() -> None:
+    """vLLM 0.32's default allgather all2all hands each rank's experts DP x max_num_batched_tokens rows (all2all.py:
+    109-124, unchunked workspaces: modular_kernel.py:1274-1298), so the planner divides the profile's step by DP (not
+    below 2048); a dense model's ranks never meet and keep the profile's step; a pinned value always wins."""
+    moe = _plan("qwen3-30b-a3b", data_parallel_size=4, tensor_parallel_size=2)
+    dense = _plan(data_parallel_size=4, tensor_parallel_size=2)
+    alone = _plan("qwen3-30b-a3b", tensor_parallel_size=2)
+    assert alone["engine_args"]["max-num-batched-tokens"] == dense["engine_args"]["max-num-batched-tokens"] == 8192
+    assert moe["engine_args"]["max-num-batched-tokens"] == 2048
+    assert "each rank's experts see 4 x 2048 = 8192 rows" in moe["reasons"]["max-num-batched-tokens"]
+    pinned = _plan("qwen3-30b-a3b", data_parallel_size=4, tensor_parallel_size=2, max_num_batched_tokens=8192)
+    assert pinned["engine_args"]["max-num-batched-tokens"] == 8192
+    assert pinned["memory_gib"]["activation"] > moe["memory_gib"]["activation"]

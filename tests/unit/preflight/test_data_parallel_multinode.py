@@ -260,3 +260,59 @@ def test_the_ray_backend_is_refused_for_data_parallelism_across_nodes() -> None:
     assert result["errors"] == [
         f"{host}: cannot lay out the plan: data_parallel_size 2 across a multi-node group runs with vLLM's own mp "
         "launcher, not 'ray': set vllm_serve_multinode_backend: mp" for host in ("n1", "n2")]
+
+
+R1 = str(ROOT / "tests" / "fixtures" / "planner" / "checkpoints" / "deepseek-r1")
+
+
+def _r1_group(engine_args: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The two recorded 8x H100 hosts as one multi-node group serving DeepSeek-R1 with ``engine_args``."""
+    hosts = {}
+    for i, facts in enumerate((H100, H100_B)):
+        name, address = f"n{i + 1}", f"10.0.0.{i + 1}"
+        given = {**BASE, "vllm_fleet_model": R1, "vllm_fleet_multinode_group": "ds",
+                 "vllm_fleet_engine_args": engine_args, "ansible_host": address}
+        hosts[name] = host_input(given, name, sku="gpu_h100", facts=facts, address=address, model_dir=R1,
+                                 network=_network(address), ports={"vllm_serve_port": 8000})
+    return hosts
+
+
+def test_deepseek_r1_dp16_with_ep_over_two_8_gpu_h100_hosts_is_planned_and_laid_out_per_node() -> None:
+    """Issue 35: DeepSeek-R1 (the published config.json, block FP8) over DP 16 on two 8x H100 hosts was refused at
+    111 GiB per H100 ("each rank holds a whole copy"). With EP the 256 routed experts are sharded over all 16 ranks
+    (16 per GPU), attention and the rest stay whole per rank: 55.84 GiB of weights per GPU, and the step is divided
+    by the 16 ranks whose tokens every rank's experts gather (vLLM's allgather all2all), so it fits. The second
+    host runs headless from start rank 8; max_num_seqs is per rank."""
+    result = fleet_launch(_r1_group({"data_parallel_size": 16}), check_image=False)
+    assert result["errors"] == []
+    plan = result["records"]["n1"]["plan"]
+    assert result["records"]["n2"]["plan"] == plan
+    assert plan["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "replicas": 1,
+                                "gpus_per_replica": 8, "nodes": 2, "data_parallel_size": 16}
+    args, reasons = plan["engine_args"], plan["reasons"]
+    assert args["enable-expert-parallel"] is True
+    assert reasons["enable-expert-parallel"].startswith("better: DP-attention with EP, data parallelism set by you")
+    assert "sharded whole over DP x TP = 16 GPUs" in reasons["enable-expert-parallel"]
+    assert plan["memory_gib"]["weights"] == pytest.approx(55.84, abs=0.01)
+    assert reasons["weights.routed_experts"].startswith("38.07 GiB per GPU: 256 experts x 58 MoE layers over the "
+                                                        "expert-parallel group of 16 GPUs (DP 16 x TP 1)")
+    assert args["max-num-batched-tokens"] == 2048 and "16 x 2048 = 32768 rows" in reasons["max-num-batched-tokens"]
+    assert reasons["max-num-seqs"].endswith("; per data-parallel rank (each of the 16 engines schedules its own)")
+    assert plan["prediction"]["kv_cache_tokens"] > 0
+    head, worker = _replica(result, "n1"), _replica(result, "n2")
+    common = ["vllm", "serve", "--config", CONFIG, "--data-parallel-size-local", "8",
+              "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "29550"]
+    assert head["argv"] == common
+    assert worker["argv"] == [*common, "--data-parallel-start-rank", "8", "--headless"]
+    assert head["engine_args"] == worker["engine_args"] and head["engine_args"]["data-parallel-size"] == 16
+    assert head["device_ids"] == worker["device_ids"] == [str(i) for i in range(8)]
+    assert head["serves_api"] and not worker["serves_api"]
+    assert head["group_health_url"] == worker["group_health_url"] == "http://10.0.0.1:8000/health"
+    # Pinned off, the same layout slices every expert over the 16 GPUs: the same weight bytes, still planned.
+    off = fleet_launch(_r1_group({"data_parallel_size": 16, "enable_expert_parallel": False}), check_image=False)
+    assert off["errors"] == []
+    off_plan = off["records"]["n1"]["plan"]
+    assert off_plan["engine_args"]["enable-expert-parallel"] is False
+    assert off_plan["memory_gib"]["weights"] == plan["memory_gib"]["weights"]
+    assert "each sliced over 16 GPUs (DP 16 x TP 1, expert parallelism off)" in off_plan["reasons"][
+        "weights.routed_experts"]

@@ -144,3 +144,12 @@ def test_deterministic(records: dict[str, dict[str, Any]]) -> None:
 def test_missing_fields_do_not_crash() -> None:
     page = fr.render_html({"x": {"plan": {}, "facts": {}}})
     assert "host-x" in page and "–" in page
+
+
+def test_summary_names_the_data_parallel_size_whose_ranks_the_kv_figures_are_per(
+        records: dict[str, dict[str, Any]]) -> None:
+    records["h200-01"]["plan"]["parallel"] = {**records["h200-01"]["plan"]["parallel"], "data_parallel_size": 16,
+                                              "tensor_parallel_size": 1}
+    lines = fr.summary_lines(records)
+    assert "  1x1 dp16  " in lines[1]
+    assert " dp" not in lines[2]

@@ -39,6 +39,21 @@ RELEASE = Release(
                                                    "--disable-cascade-attn is deprecated and has no effect"),
             # EPLB (planner/memory.py eplb_bytes_per_stage, gpu_lane.py eplb_inputs): E + R physical experts, one layer's
             # local experts as the migration buffer before the profile, another copy reserved by the profile run.
+            # Weights per GPU by layout (planner/weight_split.py, model.stage_layers): what TP, EP and PP split.
+            "tp_column_parallel": Source("vllm/model_executor/layers/linear.py", 436, 436,
+                                         "class ColumnParallelLinear(LinearBase):"),
+            "tp_row_parallel": Source("vllm/model_executor/layers/linear.py", 1653, 1653,
+                                      "class RowParallelLinear(LinearBase):"),
+            "ep_expert_map": Source("vllm/model_executor/layers/fused_moe/expert_map_manager.py", 67, 69,
+                                    "local_num_experts = base_experts + 1 if ep_rank < remainder else base_experts"),
+            "shared_experts_tp": Source("vllm/model_executor/models/deepseek_v2.py", 266, 266,
+                                        "disable_tp=is_sequence_parallel,"),
+            "router_replicated": Source("vllm/model_executor/models/deepseek_v2.py", 321, 321,
+                                        "self.gate = GateLinear("),
+            "vocab_parallel": Source("vllm/model_executor/layers/vocab_parallel_embedding.py", 206, 206,
+                                     "class VocabParallelEmbedding(PluggableLayer):"),
+            "pp_layer_split": Source("vllm/distributed/utils.py", 228, 230,
+                                     "partitions[-i] += 1"),
             "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 82, 82,
                                             "global_num_experts = num_experts + num_redundant_experts"),
             "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
