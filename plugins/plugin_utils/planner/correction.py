@@ -20,7 +20,7 @@ fixes the failure within the floors is used, once. vLLM's messages and where the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 GIB = 1 << 30
@@ -91,6 +91,19 @@ class _Ctx:
         return float(value) if value is not None else None
 
 
+#: knob → the rule that computes its corrected value (or says why it cannot); filled by :func:`_rule`.
+_RULES: dict[str, Callable[[_Ctx], tuple[Any, str] | str]] = {}
+
+
+def _rule(knob: str) -> Callable[[Callable[[_Ctx], tuple[Any, str] | str]], Callable[[_Ctx], tuple[Any, str] | str]]:
+    def register(fn: Callable[[_Ctx], tuple[Any, str] | str]) -> Callable[[_Ctx], tuple[Any, str] | str]:
+        _RULES[knob] = fn
+        return fn
+    return register
+
+
+
+@_rule("max-model-len")
 def _max_model_len(c: _Ctx) -> tuple[Any, str] | str:
     est = c.fig.get("estimated_max_model_len")
     if c.kind != "kv_too_small" or not est:
@@ -104,6 +117,7 @@ def _max_model_len(c: _Ctx) -> tuple[Any, str] | str:
                  f"(a multiple of the block size {block}); the profile's {c.request_tokens}-token requests still fit")
 
 
+@_rule("gpu-memory-utilization")
 def _utilization(c: _Ctx) -> tuple[Any, str] | str:
     if c.lane != "gpu":
         return "not a GPU lane"
@@ -145,6 +159,7 @@ def _utilization(c: _Ctx) -> tuple[Any, str] | str:
     return new, why
 
 
+@_rule("kv-cache-memory-bytes")
 def _kv_bytes(c: _Ctx) -> tuple[Any, str] | str:
     if c.lane != "cpu" or c.kind != "kv_too_small":
         return "not a CPU-lane KV failure"
@@ -158,6 +173,7 @@ def _kv_bytes(c: _Ctx) -> tuple[Any, str] | str:
                  f"(with vLLM's null block): kv-cache-memory-bytes {int(kv)} → {new}")
 
 
+@_rule("max-num-seqs")
 def _max_num_seqs(c: _Ctx) -> tuple[Any, str] | str:
     seqs = c.engine.get("max-num-seqs")
     if seqs is None:
@@ -170,6 +186,7 @@ def _max_num_seqs(c: _Ctx) -> tuple[Any, str] | str:
     return new, f"{what}: max-num-seqs {seqs} → {new} (profile floor {c.min_concurrency})"
 
 
+@_rule("max-num-batched-tokens")
 def _max_num_batched_tokens(c: _Ctx) -> tuple[Any, str] | str:
     tokens = c.engine.get("max-num-batched-tokens")
     if tokens is None:
@@ -184,13 +201,6 @@ def _max_num_batched_tokens(c: _Ctx) -> tuple[Any, str] | str:
                  f"→ {new} (chunked prefill splits longer prompts)")
 
 
-_RULES = {
-    "max-model-len": _max_model_len,
-    "gpu-memory-utilization": _utilization,
-    "kv-cache-memory-bytes": _kv_bytes,
-    "max-num-seqs": _max_num_seqs,
-    "max-num-batched-tokens": _max_num_batched_tokens,
-}
 
 
 def propose(failure: Mapping[str, Any], engine_args: Mapping[str, Any], *, request_tokens: int,

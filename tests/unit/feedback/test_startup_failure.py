@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe.startup_failure import classify
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.correction import for_sku_group, propose
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.correction import (
+    for_sku_group,
+    propose,
+)
 
 FIX = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "feedback" / "startup-failures"
 CHAT = {"request_tokens": 1024 + 256, "min_concurrency": 16}  # PROFILES["chat"]
