@@ -42,6 +42,15 @@ def key(gpu_sku: str, model: str, vllm_version: str) -> str:
     return f"{gpu_sku}|{model}|{vllm_version}"
 
 
+def key_for_input(item: Mapping[str, Any]) -> str:
+    """The key of a host's planning input (preflight's ``record.host_input``): its SKU group, model and requested
+    vLLM version (identical inputs plan identically)."""
+    options = item.get("options") or {}
+    model = item.get("model")
+    return key(str(item.get("sku") or "no-sku"), model if isinstance(model, str) and model else "inline",
+               str(options.get("vllm_version") or "default"))
+
+
 def components(log: str) -> dict[str, float | int]:
     """The memory components of the last good start in a vLLM log (only those it logged)."""
     parsed = feedback.parse_startup_log(log)

