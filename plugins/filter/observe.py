@@ -9,8 +9,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import learned as ln
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import startup_failure as sf
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import upstream_dashboards as ud
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import correction as corr
