@@ -102,7 +102,6 @@ def _rule(knob: str) -> Callable[[Callable[[_Ctx], tuple[Any, str] | str]], Call
     return register
 
 
-
 @_rule("max-model-len")
 def _max_model_len(c: _Ctx) -> tuple[Any, str] | str:
     est = c.fig.get("estimated_max_model_len")
@@ -199,8 +198,6 @@ def _max_num_batched_tokens(c: _Ctx) -> tuple[Any, str] | str:
         return f"max-num-batched-tokens {tokens} is already at the floor ({floor})"
     return new, (f"the profiling run's activation peak grows with the batch's tokens: max-num-batched-tokens {tokens} "
                  f"→ {new} (chunked prefill splits longer prompts)")
-
-
 
 
 def propose(failure: Mapping[str, Any], engine_args: Mapping[str, Any], *, request_tokens: int,

