@@ -9,8 +9,13 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import autotune as at
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback as pf
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import learned as ln
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import startup_failure as sf
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import upstream_dashboards as ud
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import correction as corr
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.inputs import resolve_profile
 
 # ---- monitoring -----------------------------------------------------------------------------------
 
@@ -95,6 +100,35 @@ def vllm_plan_feedback_line(report: Any) -> str:
     return pf.summary_line(report)
 
 
+# ---- failed starts ------------------------------------------------------------------------------
+
+
+def vllm_startup_diagnosis(log: Any, engine_args: Any, plan: Any, planning_input: Any = None, pins: Any = None,
+                           autocorrect: Any = True) -> dict[str, Any]:
+    """Why a replica failed to start (its log) and the re-plan within the policy (docs in vllm_startup_diagnosis.yml)."""
+    if not isinstance(log, str) or not isinstance(engine_args, Mapping) or not isinstance(plan, Mapping):
+        raise AnsibleFilterError("vllm_startup_diagnosis expects the container log (a string), the replica's "
+                                 "engine_args and its plan (dicts)")
+    item = dict(planning_input) if isinstance(planning_input, Mapping) else {}
+    options = item.get("options") or {}
+    try:
+        profile = resolve_profile(options.get("profile"))
+    except PlanError as exc:
+        raise AnsibleFilterError(f"vllm_startup_diagnosis: {exc}") from exc
+    failure = sf.classify(log)
+    memory = plan.get("memory_gib") or {}
+    lane = "cpu" if plan.get("device") == "cpu" else "gpu"
+    if pins is None:  # the planning input's engine_args are the user's pins (vllm_fleet_engine_args)
+        pins = options.get("engine_args") or {}
+    pinned = [str(k).replace("_", "-") for k in pins] if isinstance(pins, Mapping) else []
+    proposal = corr.propose(failure, dict(engine_args), request_tokens=profile.request_tokens,
+                            min_concurrency=profile.min_concurrency, pinned=pinned, lane=lane,
+                            gpu_total_gib=memory.get("total") if lane == "gpu" else None,
+                            autocorrect=bool(autocorrect))
+    key = ln.key_for_input(item) if item else None
+    return {"failure": failure, "correction": proposal, "key": key}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -109,4 +143,5 @@ class FilterModule:
             "autotune_overrides": autotune_overrides,
             "vllm_plan_feedback": vllm_plan_feedback,
             "vllm_plan_feedback_line": vllm_plan_feedback_line,
+            "vllm_startup_diagnosis": vllm_startup_diagnosis,
         }

@@ -164,7 +164,25 @@ def fleet_preflight(names: Sequence[str], hostvars: Any, lb_names: Sequence[str]
                     "warnings": [], "records": {}, "inputs": {}}
     lbs = fleet_lb_inputs(list(lb_names or []), hostvars, lb_defaults)
     return ff.fleet_preflight(states, recorded=bool(recorded_dir), planning=bool(planning), lbs=lbs,
-                              check_image=bool(check_image), role_inputs=serve_role_inputs())
+                              check_image=bool(check_image), role_inputs=serve_role_inputs(),
+                              learned_files=_learned_files(str(artifacts_dir)))
+
+
+def _learned_files(artifacts_dir: str) -> list[dict[str, Any]]:
+    """The corrections earlier deploys learned: ``<artifacts>/learned/<host>.json`` (the vllm_serve role writes them)."""
+    folder = os.path.join(artifacts_dir, "learned")
+    found: list[dict[str, Any]] = []
+    if not os.path.isdir(folder):
+        return found
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".json"):
+            try:
+                data = _read_json(os.path.join(folder, name))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                found.append(data)
+    return found
 
 
 def fleet_replan(host_input: Mapping[str, Any], host: str, engine_args: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import learned
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import amd
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import (
     check_host_inputs,
@@ -67,6 +68,29 @@ def _ports(variables: Mapping[str, Any]) -> dict[str, Any]:
     return port_map({name: variables.get(name) for name in names})
 
 
+def with_learned(inputs: Mapping[str, dict[str, Any]], files: Iterable[Mapping[str, Any]]
+                 ) -> dict[str, dict[str, Any]]:
+    """Each host's input with the corrections learned on identical hosts pinned under the user's own pins.
+
+    The input keeps ``learned`` (``{"changes", "reasons"}``) so the plan's reasons say where a value came from.
+    """
+    store: dict[str, Any] = {}
+    for entry in files or ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("key"), str) and isinstance(entry.get("host"), str):
+            store = learned.record(store, entry["key"], entry["host"], entry.get("observed"), entry.get("correction"))
+    out: dict[str, dict[str, Any]] = {}
+    for host, item in inputs.items():
+        options = dict(item.get("options") or {})
+        pins = dict(options.get("engine_args") or {}) if isinstance(options.get("engine_args"), Mapping) else {}
+        got = learned.learned_for(store, learned.key_for_input(item), pinned=[str(k).replace("_", "-") for k in pins])
+        if not got:
+            out[host] = item
+            continue
+        options["engine_args"] = {**got["changes"], **pins}
+        out[host] = {**item, "options": options, "learned": got}
+    return out
+
+
 def fleet_preflight(
     hosts: Mapping[str, HostState],
     *,
@@ -75,12 +99,16 @@ def fleet_preflight(
     lbs: Mapping[str, Mapping[str, Any]] | None = None,
     check_image: bool = True,
     role_inputs: Iterable[str] = (),
+    learned_files: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Validate, check facts, plan and lay out every host.
 
     :param hosts: :data:`HostState` per host, in inventory order
     :param recorded: facts come from recorded files (``vllm_fleet_recorded_facts_dir``), not discovery
     :param planning: the run only plans (preflight.yml alone): a missing API key is a warning
+    :param learned_files: the corrections earlier deploys learned (``artifacts/learned/<host>.json``, written by the
+        vllm_serve role after a re-planned start): an identical host (same SKU group, model, vLLM version) takes
+        them instead of the estimate, under the user's pins (:func:`with_learned`)
     :param role_inputs: the vllm_serve role's documented inputs (its argument spec's options): accepted beside the
         launch settings, any other ``vllm_serve_*`` name is refused (``inputs.check_host_inputs``)
     :returns: ``{"stage", "errors", "warnings", "records", "inputs"}``; ``stage`` is the stage that failed
@@ -144,6 +172,7 @@ def fleet_preflight(
                                   address=str(state.get("address") or host), model_dir=str(state.get("model_dir") or ""),
                                   ports=_ports(variables), feedback=state.get("feedback"),
                                   network=state.get("network"))
+    inputs = with_learned(inputs, learned_files)
     launched = fleet_launch(inputs, lbs, check_image=check_image, planning=planning)
     result.update(stage="plan" if launched["errors"] else "ok", errors=launched["errors"],
                   records=launched["records"], inputs=inputs)

@@ -90,6 +90,9 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_sku_match": "str",
     "vllm_fleet_artifacts_dir": "str",
     "vllm_fleet_report": "bool",
+    # Read by playbooks/deploy.yml: a failed first start is re-planned from vLLM's message and retried once
+    # (false: the failed replica is stopped and the proposed fix printed). docs/runbooks/oom-startup.md.
+    "vllm_fleet_autocorrect": "bool",
     # Read by playbooks/deploy.yml (rollout shape).
     "vllm_fleet_rollout_canary": "any",
     "vllm_fleet_rollout_batch": "any",
@@ -220,7 +223,7 @@ def check_host_inputs(host: str, variables: Mapping[str, Any], group_names: Sequ
                  "vllm_fleet_sku_match", "vllm_fleet_artifacts_dir"):
         if name in variables and variables[name] is not None and not isinstance(variables[name], str):
             errors.append(f"{host}: {name} must be a string, got {type_name(variables[name])}")
-    for name in ("vllm_fleet_api_key_required", "vllm_fleet_report"):
+    for name in ("vllm_fleet_api_key_required", "vllm_fleet_report", "vllm_fleet_autocorrect"):
         if name in variables and not isinstance(variables[name], bool):
             errors.append(f"{host}: {name} must be true or false, got {type_name(variables[name])} "
                           f"{variables[name]!r} (use JSON on the command line: -e '{{\"{name}\": true}}')")

@@ -238,7 +238,11 @@ def _planning_pass(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, 
             if refused:
                 errors += refused
                 continue
-            plans[host] = answer["plan"]
+            plan = answer["plan"]
+            got = item.get("learned")
+            if got:  # a value learned on an identical host: the reason says so (the planner's says "set by you")
+                plan = {**plan, "reasons": {**plan["reasons"], **got["reasons"]}}
+            plans[host] = plan
         except Exception as exc:
             errors.append(unexpected(host, "planning", exc))
     return plans, errors

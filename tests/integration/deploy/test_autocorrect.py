@@ -1,0 +1,213 @@
+"""A start that corrects itself, through the real site.yml on the CPU lane (issue 30, item 4).
+
+One inventory host (vf-fix-a, local connection, port 18710, traffic on 127.0.0.1) serves a copy of the tiny
+model whose ``max_position_embeddings`` (and tokenizer ``model_max_length``) is 2,097,152. The plan gives vLLM 2 GiB of KV (``cpu_kv_cache_gib``) and
+that length; the inventory also pins ``VLLM_CPU_KVCACHE_SPACE=1`` in ``vllm_fleet_env``, the legacy variable that
+vLLM 0.32 applies over ``--kv-cache-memory-bytes`` (docs/notes/cpu-kv-sizing.md section 1). So vLLM's CPU build
+has 1 GiB, cannot fit one request of the planned length and refuses to start ("To serve at least one request
+... the estimated maximum model length is N"). The role reads that message, re-plans the host with
+``max-model-len`` N, starts again, passes the health gate and keeps the correction; the next preflight plans N
+itself ("learned on vf-fix-a"). With ``vllm_fleet_autocorrect: false`` the same inventory stops the replica and
+fails with the proposed fix printed.
+
+Figures (first start failed in N s, corrected start ready in M s) go to artifacts/deploy/autocorrect.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import ENGINE_ARGS, MODEL_DIR, ROOT, VENV, inspect, recap
+
+pytestmark = pytest.mark.integration
+
+#: The autocorrect-on and -off labs: their own container names and ports (they may run side by side).
+HOSTS = {True: ("vf-fix-a", 18710), False: ("vf-fix-b", 18711)}
+LONG = 2_097_152
+FIGURES = ROOT / "artifacts" / "deploy" / "autocorrect.json"
+
+
+def _figure(name: str, value: Any) -> None:
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
+    data[name] = value
+    FIGURES.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"\n[autocorrect] {name}: {json.dumps(value)}")
+
+
+class FixLab:
+    """One host's inventory that vLLM's CPU build cannot start as planned."""
+
+    def __init__(self, workdir: Path, autocorrect: bool) -> None:
+        self.workdir = workdir
+        self.host, self.port = HOSTS[autocorrect]
+        name, port = self.host, self.port
+        self.artifacts = workdir / "artifacts"
+        model = workdir / "long-model"
+        shutil.copytree(MODEL_DIR, model)
+        config = json.loads((model / "config.json").read_text())
+        config["max_position_embeddings"] = LONG
+        (model / "config.json").write_text(json.dumps(config, indent=2))
+        tokenizer = json.loads((model / "tokenizer_config.json").read_text())
+        tokenizer["model_max_length"] = LONG  # vLLM (and the planner) cap the length by the tokenizer's too
+        (model / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2))
+        local = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV / "python")}
+        core = "1" if autocorrect else "0"  # side by side, each lab's vLLM on its own core
+        variables = dict(local, vllm_serve_port=port, vllm_serve_container_name=name,
+                         vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": core, "VLLM_CPU_KVCACHE_SPACE": "1"})
+        inventory = {"all": {"children": {
+            "vllm_servers": {"hosts": {name: variables}, "children": {"cpu_lane": {"hosts": {name: None}}}},
+            "vllm_lb": {"hosts": {}},
+        }}}
+        self.inventory = workdir / "inventory"
+        (self.inventory / "group_vars" / "all").mkdir(parents=True)
+        (self.inventory / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+        policy = {
+            "vllm_fleet_model": str(model),
+            "vllm_fleet_vllm_version": "0.32.0",
+            "vllm_fleet_engine_args": ENGINE_ARGS,
+            "vllm_fleet_policy": {"cpu_kv_cache_gib": 2},
+            "vllm_fleet_autocorrect": autocorrect,
+            "vllm_fleet_api_key_required": False,
+            "vllm_fleet_artifacts_dir": str(self.artifacts),
+            "vllm_fleet_feedback_dir": str(workdir / "feedback"),
+            "vllm_serve_bind_address": "127.0.0.1",
+            "vllm_serve_advertise_address": "127.0.0.1",
+            "vllm_serve_served_model_name": "tiny-model",
+            "vllm_serve_config_dir": str(workdir / "serve"),
+            "vllm_serve_health_interval_s": 10,
+            "vllm_serve_health_timeout_s": 900,
+        }
+        (self.inventory / "group_vars" / "all" / "vllm_fleet.yml").write_text(yaml.safe_dump(policy))
+
+    def play(self, *extra: str, playbook: str = "site.yml") -> tuple[subprocess.CompletedProcess[str], float]:
+        cmd = [str(VENV / "ansible-playbook"), "-i", str(self.inventory), playbook, *extra]
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                   PATH=f"{VENV}:{os.environ['PATH']}")
+        env.pop("VLLM_FLEET_API_KEY", None)
+        start = time.monotonic()
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        return result, time.monotonic() - start
+
+    def engine_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = yaml.safe_load((self.workdir / "serve" / f"{self.host}.yaml").read_text())
+        return cfg
+
+
+#: Controller-side writes of the plan's records: the only tasks a run after a learned correction may change once.
+CONTROLLER_FILES = {"Preflight | Write the launch records (plans.json) and the fleet plan report",
+                    "Write the host's feedback report", "Refresh the fleet plan report with the feedback"}
+
+
+def _changed_tasks(out: str) -> list[str]:
+    """The names of the tasks that reported changed in an ansible-playbook output."""
+    names: list[str] = []
+    task = ""
+    for line in out.splitlines():
+        header = re.match(r"^TASK \[(.*)\] \**$", line)
+        if header:
+            task = header.group(1)
+        elif line.startswith("changed:") and task not in names:
+            names.append(task)
+    return names
+
+
+def _ts(stamp: str) -> float:
+    """Docker's RFC 3339 time (nanoseconds) as seconds since the epoch."""
+    whole, frac = [*stamp.rstrip("Z").split("."), "0"][:2]
+    return datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp() + float(f"0.{frac}")
+
+
+def _rm(host: str) -> None:
+    subprocess.run(["docker", "rm", "-f", host], capture_output=True, check=False)
+
+
+@pytest.fixture()
+def fixlab(request: pytest.FixtureRequest) -> Iterator[FixLab]:
+    if not (MODEL_DIR / "config.json").exists() or not (ROOT / ".cache" / "vllm-image-ref").exists():
+        pytest.fail("the test bed is not up: run `make testbed` (needs .cache/vllm-image-ref and .cache/tiny-model)")
+    host = HOSTS[request.param][0]
+    _rm(host)
+    workdir = Path(tempfile.mkdtemp(prefix="vf-fix-", dir="/tmp"))
+    yield FixLab(workdir, autocorrect=request.param)
+    _rm(host)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("fixlab", [True], indirect=True)
+def test_a_start_vllm_refuses_is_re_planned_and_serves(fixlab: FixLab) -> None:
+    host, port = fixlab.host, fixlab.port
+    first, seconds = fixlab.play()
+    out = " ".join(first.stdout.split())  # the callback wraps long messages
+    assert first.returncode == 0, f"site.yml failed:\n{out[-8000:]}\n{first.stderr[-3000:]}"
+    # What changed and why, from vLLM's own message: the largest length its 1 GiB holds.
+    said = re.search(r"first start failed \(kv_too_small\); (.*?re-planned: --max-model-len (\d+)[^)]*\))", out)
+    assert said, out[-6000:]
+    fitted = int(said.group(2))
+    # 1 GiB of KV at 1,024 B per token (2 layers x 2 KV heads x 64 x K/V x 2 B) is 8,192 blocks of 128; vLLM keeps
+    # one null block: 8,191 x 128 tokens.
+    assert fitted == 8191 * 128
+    assert fixlab.engine_config()["max-model-len"] == fitted
+    body = json.dumps({"model": "tiny-model", "prompt": "The fleet", "max_tokens": 4, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.status == 200 and json.loads(resp.read())["choices"]
+    learned = json.loads((fixlab.artifacts / "learned" / f"{host}.json").read_text())
+    assert learned["correction"]["changes"] == {"max-model-len": fitted}
+    logs = subprocess.run(["docker", "logs", host], capture_output=True, text=True, check=False)
+    ready = [line for line in (logs.stdout + logs.stderr).splitlines() if "Starting vLLM server" in line]
+    assert ready, "the corrected container did not log its start"
+    failed = learned["failed_start"]
+    _figure("first_start_failed_after_s", round(_ts(failed["FinishedAt"]) - _ts(failed["StartedAt"]), 1))
+    stamped = subprocess.run(["docker", "logs", "--timestamps", host], capture_output=True, text=True, check=False)
+    lines = (stamped.stdout + stamped.stderr).splitlines()
+    ready_at = next(_ts(line.split()[0]) for line in lines if "Starting vLLM server" in line)
+    _figure("corrected_start_ready_after_s", round(ready_at - _ts(inspect(host)["State"]["StartedAt"]), 1))
+    _figure("first_run_s", round(seconds, 1))
+    _figure("correction", said.group(1))
+
+    started = inspect(host)["State"]["StartedAt"]
+    second, seconds2 = fixlab.play()
+    assert second.returncode == 0, second.stdout[-6000:]
+    # The next preflight plans the learned length itself and says where it came from.
+    records = json.loads((fixlab.artifacts / "fleet-plan" / "plans.json").read_text())
+    plan = records[host]["plan"] if "plan" in records[host] else records[host]
+    assert plan["engine_args"]["max-model-len"] == fitted
+    assert plan["reasons"]["max-model-len"].startswith(f"learned on {host}")
+    assert inspect(host)["State"]["StartedAt"] == started, "the second run restarted the corrected replica"
+    counts = recap(second.stdout)
+    changed = _changed_tasks(second.stdout)
+    _figure("second_run", {"seconds": round(seconds2, 1), "recap": counts, "changed_tasks": changed})
+    # Nothing on the host changes; only the controller's records of the plan, which now holds the learned value
+    # (the launch records and report, and the feedback report that compares vLLM with that plan).
+    assert set(changed) <= CONTROLLER_FILES, second.stdout[-4000:]
+    third = fixlab.play()[0]
+    assert third.returncode == 0 and recap(third.stdout)[fixlab.host]["changed"] == 0, third.stdout[-4000:]
+
+
+@pytest.mark.parametrize("fixlab", [False], indirect=True)
+def test_autocorrect_off_stops_the_replica_and_prints_the_fix(fixlab: FixLab) -> None:
+    host = fixlab.host
+    first, seconds = fixlab.play()
+    out = " ".join(first.stdout.split())  # the callback wraps long messages
+    assert first.returncode != 0
+    assert "Diagnosis (kv_too_small)" in out and "autocorrect is off; proposed fix: --max-model-len 1048448" in out, \
+        out[-6000:]
+    assert not inspect(host)["State"]["Running"]
+    assert not (fixlab.artifacts / "learned").exists()
+    _figure("autocorrect_off_s", round(seconds, 1))
