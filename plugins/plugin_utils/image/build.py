@@ -99,6 +99,116 @@ def resolve_base_image(profile: Mapping[str, Any], registry_mirror: str = "", cp
     return f"{mirror}{profile['base_image']}"
 
 
+def _check_options(install_mode: str, uid: int, health_port: int, build_backend: str) -> None:
+    """Refuse unknown install modes and backends, a root or out-of-range uid and a port that is not one.
+
+    :raises ImageBuildError: the first bad option, with what it must be.
+    """
+    if install_mode not in INSTALL_MODES:
+        raise ImageBuildError(f"install mode {install_mode!r} is not one of: {', '.join(INSTALL_MODES)}")
+    if not 1 <= int(uid) < 65535 or int(uid) == 0:
+        raise ImageBuildError(f"uid {uid} must be a non-root user id (1-65534)")
+    if not 1 <= int(health_port) <= 65535:
+        raise ImageBuildError(f"health port {health_port} is not a TCP port")
+    if build_backend not in BUILD_BACKENDS:
+        raise ImageBuildError(f"build backend {build_backend!r} is not one of: {', '.join(BUILD_BACKENDS)}")
+
+
+def _base_step(profile: Mapping[str, Any], base_image: str, base_image_id: str) -> dict[str, Any]:
+    """Step 1, the base: what the image is built FROM and the distribution packages installed on it."""
+    variant = str(profile["variant"])
+    return {
+        "variant": variant,
+        "base_image": base_image,
+        "base_image_id": base_image_id,
+        "packages": {
+            "build": list(BUILD_PACKAGES),
+            "runtime": list(RUNTIME_PACKAGES[variant]),
+            "remove": list(CPU_REMOVE_PACKAGES) if variant == "cpu" else [],
+        },
+    }
+
+
+def _environment_step(profile: Mapping[str, Any], env: Mapping[str, str] | None,
+                      torch_cuda_arch_list: str) -> dict[str, str]:
+    """Step 2, the Python environment's variables: the variant's defaults, then the user's (refused when this
+    vLLM release no longer knows them), then ``TORCH_CUDA_ARCH_LIST`` on cuda images.
+
+    :raises ImageBuildError: a variable vLLM ``profile['vllm_version']`` removed.
+    """
+    variant = str(profile["variant"])
+    merged_env = dict(DEFAULT_ENV[variant])
+    merged_env.update({str(k): str(v) for k, v in (env or {}).items()})
+    gone = removed_env_for(str(profile["vllm_version"]))
+    removed = sorted(gone.keys() & merged_env.keys())
+    if removed:
+        instead = "; ".join(f"{name}: use {gone[name]}" for name in removed)
+        raise ImageBuildError(
+            f"{', '.join(removed)} no longer exist in vLLM {profile['vllm_version']}: remove them ({instead})"
+        )
+    if torch_cuda_arch_list and variant == "cuda":
+        merged_env["TORCH_CUDA_ARCH_LIST"] = torch_cuda_arch_list
+    return merged_env
+
+
+def _packages_step(profile: Mapping[str, Any], extra_index_urls: Sequence[str], ray: bool) -> dict[str, Any]:
+    """Step 3, vLLM and torch: the exact requirements (with Ray's when asked), the indexes and the sdists.
+
+    :raises ImageBuildError: Ray asked of a row without a Ray pin.
+    """
+    ray_requirements = _ray_requirements(profile) if ray else []
+    return {
+        "requirements": list(profile["requirements"]) + ray_requirements,
+        "ray_requirements": ray_requirements,
+        "indexes": list(profile.get("extra_index_urls") or []) + [u for u in extra_index_urls if u],
+        "sdist_wheels": [str(x) for x in profile.get("sdist_wheels") or []],
+    }
+
+
+def _pip_download_args(profile: Mapping[str, Any], index_url: str, indexes: Sequence[str]) -> list[str]:
+    """The controller's ``pip download`` options for the wheelhouse: the base's Python and every manylinux tag its
+    glibc accepts (pip does not widen an explicit --platform)."""
+    major, minor = (int(x) for x in str(profile.get("glibc") or "2.28").split(".")[:2])
+    platforms = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 4, -1)]
+    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    pip_download = ["--only-binary=:all:", "--python-version", str(profile["python_version"]),
+                    "--implementation", "cp"]
+    for platform in platforms:
+        pip_download += ["--platform", platform]
+    if index_url:
+        pip_download += ["--index-url", index_url]
+    for url in indexes:
+        pip_download += ["--extra-index-url", url]
+    return pip_download
+
+
+def _labels_step(profile: Mapping[str, Any], tag_inputs: Mapping[str, Any], tag: str, digest: str) -> dict[str, str]:
+    """Step 4, the labels: what went in, readable from ``docker inspect`` (the tag and its digest included)."""
+    labels = {
+        "org.opencontainers.image.title": "vllm-fleet vLLM image",
+        "org.opencontainers.image.version": str(profile["vllm_version"]),
+        "org.opencontainers.image.base.name": str(tag_inputs["base_image"]),
+        "org.vllm-fleet.image.tag": tag,
+        "org.vllm-fleet.inputs.digest": digest,
+        "org.vllm-fleet.variant": str(tag_inputs["variant"]),
+        "org.vllm-fleet.profile": str(profile["key"]),
+        "org.vllm-fleet.vllm.package": str(profile["vllm_package"]),
+        "org.vllm-fleet.vllm.version": str(profile["vllm_version"]),
+        "org.vllm-fleet.torch.version": str(profile["torch_version"]),
+        "org.vllm-fleet.cuda.version": str(profile.get("cuda_version") or "none"),
+        "org.vllm-fleet.driver.min": str(profile.get("min_driver") or "none"),
+        "org.vllm-fleet.compute-capabilities": ",".join(profile.get("compute_capabilities") or []) or "none",
+        "org.vllm-fleet.base.id": str(tag_inputs["base_image_id"]),
+        "org.vllm-fleet.template.sha256": str(tag_inputs["template_sha256"]),
+        "org.vllm-fleet.constraints.sha256": str(tag_inputs["constraints_sha256"]) or "none",
+        "org.vllm-fleet.install-mode": str(tag_inputs["install_mode"]),
+        "org.vllm-fleet.build-backend": str(tag_inputs["build_backend"]),
+    }
+    if tag_inputs.get("ray"):
+        labels["org.vllm-fleet.ray"] = " ".join(tag_inputs["ray"])
+    return labels
+
+
 def build_plan(
     profile: Mapping[str, Any],
     *,
@@ -122,7 +232,9 @@ def build_plan(
     ray: bool = False,
     build_backend: str = "classic",
 ) -> dict[str, Any]:
-    """Everything the role needs to render, tag and build one image.
+    """Everything the role needs to render, tag and build one image, in four named steps: the base
+    (:func:`_base_step`), the Python environment (:func:`_environment_step`), vLLM and torch
+    (:func:`_packages_step`), then the tag over all their inputs and the labels (:func:`_labels_step`).
 
     :param ray: install Ray for the Ray launcher (``vllm_image_ray``): the row's ``ray_requirements`` join vLLM's in
         the same pip step, the wheelhouse download and the tag. Off, the plan is exactly the one without Ray.
@@ -135,31 +247,14 @@ def build_plan(
     :raises ImageBuildError: unknown install mode, removed environment variables, bad uid/port, Ray asked of a row
         without a Ray pin.
     """
-    if install_mode not in INSTALL_MODES:
-        raise ImageBuildError(f"install mode {install_mode!r} is not one of: {', '.join(INSTALL_MODES)}")
-    if not 1 <= int(uid) < 65535 or int(uid) == 0:
-        raise ImageBuildError(f"uid {uid} must be a non-root user id (1-65534)")
-    if not 1 <= int(health_port) <= 65535:
-        raise ImageBuildError(f"health port {health_port} is not a TCP port")
-    if build_backend not in BUILD_BACKENDS:
-        raise ImageBuildError(f"build backend {build_backend!r} is not one of: {', '.join(BUILD_BACKENDS)}")
-    variant = str(profile["variant"])
-    merged_env = dict(DEFAULT_ENV[variant])
-    merged_env.update({str(k): str(v) for k, v in (env or {}).items()})
-    gone = removed_env_for(str(profile["vllm_version"]))
-    removed = sorted(gone.keys() & merged_env.keys())
-    if removed:
-        instead = "; ".join(f"{name}: use {gone[name]}" for name in removed)
-        raise ImageBuildError(
-            f"{', '.join(removed)} no longer exist in vLLM {profile['vllm_version']}: remove them ({instead})"
-        )
-    if torch_cuda_arch_list and variant == "cuda":
-        merged_env["TORCH_CUDA_ARCH_LIST"] = torch_cuda_arch_list
-    indexes = list(profile.get("extra_index_urls") or []) + [u for u in extra_index_urls if u]
-    requirements = list(profile["requirements"])
-    ray_requirements = _ray_requirements(profile) if ray else []
-    requirements += ray_requirements
-    sdist_wheels = [str(x) for x in profile.get("sdist_wheels") or []]
+    _check_options(install_mode, uid, health_port, build_backend)
+    base = _base_step(profile, base_image, base_image_id)
+    variant = base["variant"]
+    merged_env = _environment_step(profile, env, torch_cuda_arch_list)
+    packages = _packages_step(profile, extra_index_urls, ray)
+    requirements, indexes = packages["requirements"], packages["indexes"]
+    ray_requirements, sdist_wheels = packages["ray_requirements"], packages["sdist_wheels"]
+    # ---- the tag: every input above (proxies excluded, tag.py), in the order the tag has always hashed them
     tag_inputs: dict[str, Any] = {
         "variant": variant,
         "profile": profile["key"],
@@ -182,11 +277,7 @@ def build_plan(
         "files_sha256": files_sha256,
         "build_args": {},
         # Everything else the template renders (package lists, removals, alias) is an input too.
-        "packages": {
-            "build": list(BUILD_PACKAGES),
-            "runtime": list(RUNTIME_PACKAGES[variant]),
-            "remove": list(CPU_REMOVE_PACKAGES) if variant == "cpu" else [],
-        },
+        "packages": base["packages"],
         "metadata_alias_version": f"{profile['vllm_version']}+{variant}" if profile["vllm_package"] != "vllm" else "",
         "build_backend": build_backend,
     }
@@ -198,40 +289,8 @@ def build_plan(
                                     ("NO_PROXY", no_proxy)) if v}
     tag = image_tag(tag_inputs)
     digest = inputs_digest(tag_inputs)
-    labels = {
-        "org.opencontainers.image.title": "vllm-fleet vLLM image",
-        "org.opencontainers.image.version": str(profile["vllm_version"]),
-        "org.opencontainers.image.base.name": base_image,
-        "org.vllm-fleet.image.tag": tag,
-        "org.vllm-fleet.inputs.digest": digest,
-        "org.vllm-fleet.variant": variant,
-        "org.vllm-fleet.profile": str(profile["key"]),
-        "org.vllm-fleet.vllm.package": str(profile["vllm_package"]),
-        "org.vllm-fleet.vllm.version": str(profile["vllm_version"]),
-        "org.vllm-fleet.torch.version": str(profile["torch_version"]),
-        "org.vllm-fleet.cuda.version": str(profile.get("cuda_version") or "none"),
-        "org.vllm-fleet.driver.min": str(profile.get("min_driver") or "none"),
-        "org.vllm-fleet.compute-capabilities": ",".join(profile.get("compute_capabilities") or []) or "none",
-        "org.vllm-fleet.base.id": base_image_id,
-        "org.vllm-fleet.template.sha256": template_sha256,
-        "org.vllm-fleet.constraints.sha256": constraints_sha256 or "none",
-        "org.vllm-fleet.install-mode": install_mode,
-        "org.vllm-fleet.build-backend": build_backend,
-    }
-    if ray_requirements:
-        labels["org.vllm-fleet.ray"] = " ".join(ray_requirements)
-    major, minor = (int(x) for x in str(profile.get("glibc") or "2.28").split(".")[:2])
-    # Every manylinux tag the base image's glibc accepts (pip does not widen an explicit --platform).
-    platforms = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 4, -1)]
-    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
-    pip_download = ["--only-binary=:all:", "--python-version", str(profile["python_version"]),
-                    "--implementation", "cp"]
-    for platform in platforms:
-        pip_download += ["--platform", platform]
-    if index_url:
-        pip_download += ["--index-url", index_url]
-    for url in indexes:
-        pip_download += ["--extra-index-url", url]
+    labels = _labels_step(profile, tag_inputs, tag, digest)
+    pip_download = _pip_download_args(profile, index_url, indexes)
     render = {
         "variant": variant,
         "profile": dict(profile),
