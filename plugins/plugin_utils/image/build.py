@@ -18,6 +18,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
     rules_for,
 )
 
+from . import forward_compat as fc
 from .tag import image_tag, inputs_digest
 
 INSTALL_MODES = ("wheelhouse", "index")
@@ -32,6 +33,9 @@ RUNTIME_PACKAGES = {
     "cuda": ("python3", "tini", "ca-certificates", "gcc", "libc6-dev", "python3-dev"),
 }
 BUILD_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+
+#: The cuda images' install-step check (no GPU needed): vLLM and torch import, torch is a CUDA build.
+CUDA_IMPORT_CHECK = "import torch, vllm; assert torch.version.cuda; print(vllm.__version__, torch.__version__, torch.version.cuda)"
 
 #: Packages the cpu wheel pulls in that do not import beside CPU torch (environment.md): removed.
 CPU_REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
@@ -60,6 +64,55 @@ def removed_env_for(vllm_version: str) -> dict[str, str]:
 
 class ImageBuildError(ValueError):
     """Bad build options; the message says what to change."""
+
+
+#: Where a cuda image is built FROM (``vllm_image_cuda_base``). ``project``: the project's own debootstrap base
+#: (scripts/testbed/20-base-image.sh, the cpu variant's), no registry needed: the CUDA user-space libraries come with
+#: torch's ``nvidia-*`` wheels, and the driver's libcuda is mounted by the NVIDIA container runtime. ``nvidia``: the
+#: row's ``nvidia/cuda`` base from a registry (or its mirror). ``auto``: ``project`` for a row whose wheels were
+#: checked for that base (``project_python``), else ``nvidia``.
+CUDA_BASES = ("auto", "project", "nvidia")
+#: The project's base: Debian 12 (bookworm), python 3.11, glibc 2.36 (the cpu row of each release records the same).
+PROJECT_BASE = {"image": "vllm-fleet/debian:bookworm", "glibc": "2.36", "release": "Debian 12 (bookworm)"}
+#: What an nvidia/cuda base sets and the project's base does not: the NVIDIA container runtime mounts the GPUs and
+#: the driver's compute (libcuda) and utility (nvidia-smi) libraries only when the image asks for them.
+NVIDIA_CONTAINER_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+
+
+def for_cuda_base(profile: Mapping[str, Any], cuda_base: str = "nvidia", project_image: str = "") -> dict[str, Any]:
+    """The profile as it is built on the chosen cuda base (a cpu profile is returned as it is).
+
+    On the project base, the image, python and glibc are the project base's, and ``base_kind``/``base_reason`` say
+    why (the reason becomes the ``org.vllm-fleet.base.reason`` label). On ``nvidia`` the profile is unchanged.
+
+    :raises ImageBuildError: an unknown choice, or ``project`` for a row whose wheels were not checked for it.
+    """
+    if cuda_base not in CUDA_BASES:
+        raise ImageBuildError(f"cuda base {cuda_base!r} is not one of: {', '.join(CUDA_BASES)}")
+    out = dict(profile)
+    if out["variant"] != "cuda":
+        return out
+    python = out.get("project_python")
+    if cuda_base == "nvidia" or (cuda_base == "auto" and not python):
+        return out
+    if not python:
+        raise ImageBuildError(
+            f"vLLM {out['vllm_version']} ({out['key']}) has no wheels checked for the project base "
+            f"({PROJECT_BASE['release']}): set vllm_image_cuda_base: nvidia (with a reachable registry or "
+            "vllm_image_registry_mirror), or check the row's wheels for python 3.11 and set project_python in its "
+            "release block"
+        )
+    image = project_image or PROJECT_BASE["image"]
+    why = "chosen (vllm_image_cuda_base: project)" if cuda_base == "project" else "auto: the row's wheels fit it"
+    out.update(
+        base_image=image,
+        python_version=str(python),
+        glibc=PROJECT_BASE["glibc"],
+        base_kind="project",
+        base_reason=(f"project base {image} ({PROJECT_BASE['release']}, python {python}) {why}; CUDA {out['cuda_version']} "
+                     f"user space from torch's nvidia-* wheels, no {profile['base_image']} (needs a registry)"),
+    )
+    return out
 
 
 def _ray_requirements(profile: Mapping[str, Any]) -> list[str]:
@@ -91,7 +144,7 @@ def _pip_install_options(install_mode: str, index_url: str, extra_index_urls: Se
 
 def resolve_base_image(profile: Mapping[str, Any], registry_mirror: str = "", cpu_base_image: str = "") -> str:
     """The base image to build FROM: the cpu override, or the profile's image behind the registry mirror."""
-    if profile["variant"] == "cpu":
+    if profile["variant"] == "cpu" or profile.get("base_kind") == "project":
         return cpu_base_image or str(profile["base_image"])
     mirror = registry_mirror.strip()
     if mirror and not mirror.endswith("/"):
@@ -138,6 +191,8 @@ def _environment_step(profile: Mapping[str, Any], env: Mapping[str, str] | None,
     """
     variant = str(profile["variant"])
     merged_env = dict(DEFAULT_ENV[variant])
+    if profile.get("base_kind") == "project":  # what the nvidia/cuda base would have set
+        merged_env.update(NVIDIA_CONTAINER_ENV)
     merged_env.update({str(k): str(v) for k, v in (env or {}).items()})
     gone = removed_env_for(str(profile["vllm_version"]))
     removed = sorted(gone.keys() & merged_env.keys())
@@ -149,6 +204,31 @@ def _environment_step(profile: Mapping[str, Any], env: Mapping[str, str] | None,
     if torch_cuda_arch_list and variant == "cuda":
         merged_env["TORCH_CUDA_ARCH_LIST"] = torch_cuda_arch_list
     return merged_env
+
+
+def _forward_compat_step(profile: Mapping[str, Any], forward_compat: Mapping[str, Any] | None, sha256: str,
+                         install_mode: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Forward compatibility (the image decision's ``forward_compat``, mode ``forward``): vLLM's switch and the wheel
+    that carries NVIDIA's ``cuda-compat`` libraries (forward_compat.py ``compat_wheel``); ``({}, {})`` otherwise.
+
+    :raises ImageBuildError: no libraries given (``cuda_compat_sha256`` empty), or the index install mode (the wheel
+        exists only in the wheelhouse).
+    """
+    forward = dict(forward_compat or {})
+    if forward.get("mode") != "forward":
+        return {}, {}
+    if not sha256:
+        raise ImageBuildError(
+            f"{forward.get('reason')}: the image needs NVIDIA's {forward.get('package')} libraries (libcuda.so.* of "
+            f"driver {forward.get('compat_driver')}); NVIDIA's repository is not reachable and no PyPI wheel carries "
+            "them: set vllm_image_cuda_compat_dir to a controller folder with the package's files (its "
+            "/usr/local/cuda-X.Y/compat), or upgrade the host's driver")
+    if install_mode != "wheelhouse":
+        raise ImageBuildError("forward compatibility brings its libraries through the wheelhouse: set "
+                              "vllm_image_install_mode: wheelhouse")
+    wheel = fc.compat_wheel(str(profile["cuda_version"]), str(forward["compat_driver"]), str(profile["python_version"]))
+    forward["env"] = {**dict(forward.get("env") or {}), "VLLM_CUDA_COMPATIBILITY_PATH": wheel["path"]}
+    return forward, wheel
 
 
 def _packages_step(profile: Mapping[str, Any], extra_index_urls: Sequence[str], ray: bool) -> dict[str, Any]:
@@ -206,6 +286,11 @@ def _labels_step(profile: Mapping[str, Any], tag_inputs: Mapping[str, Any], tag:
     }
     if tag_inputs.get("ray"):
         labels["org.vllm-fleet.ray"] = " ".join(tag_inputs["ray"])
+    if tag_inputs.get("cuda_compat"):
+        labels["org.vllm-fleet.cuda.forward-compat"] = str(tag_inputs["cuda_compat"]["package"])
+    if profile.get("base_kind"):
+        labels["org.vllm-fleet.base.kind"] = str(profile["base_kind"])
+        labels["org.vllm-fleet.base.reason"] = str(profile.get("base_reason") or "")
     return labels
 
 
@@ -231,6 +316,8 @@ def build_plan(
     files_sha256: str = "",
     ray: bool = False,
     build_backend: str = "classic",
+    forward_compat: Mapping[str, Any] | None = None,
+    cuda_compat_sha256: str = "",
 ) -> dict[str, Any]:
     """Everything the role needs to render, tag and build one image, in four named steps: the base
     (:func:`_base_step`), the Python environment (:func:`_environment_step`), vLLM and torch
@@ -240,9 +327,13 @@ def build_plan(
         the same pip step, the wheelhouse download and the tag. Off, the plan is exactly the one without Ray.
     :param build_backend: ``buildkit`` (one stage, the wheelhouse bind-mounted) or ``classic`` (two stages), as
         backend.py ``choose_backend`` decided for the builder; an input of the tag (the layers differ).
+    :param forward_compat: the image decision's ``forward_compat`` (forward_compat.py ``decide``, mode ``forward``):
+        the image carries the ``cuda-compat`` libraries (the build context's ``cuda-compat/``, checksum
+        ``cuda_compat_sha256``) at the decision's path and sets vLLM's switch; an input of the tag.
 
     :returns: ``{"tag", "ref", "repository", "inputs_digest", "tag_inputs", "render", "build_args",
-              "pip_download", "sdist_wheels", "wheelhouse_name", "wheelhouse_digest"}``; ``sdist_wheels`` are
+              "pip_download", "sdist_wheels", "wheelhouse_name", "wheelhouse_digest", "wheelhouse_own_find_links"}``;
+              ``sdist_wheels`` are
               built into the wheelhouse (``pip wheel --no-deps``) before the download, which finds them there.
     :raises ImageBuildError: unknown install mode, removed environment variables, bad uid/port, Ray asked of a row
         without a Ray pin.
@@ -250,9 +341,12 @@ def build_plan(
     _check_options(install_mode, uid, health_port, build_backend)
     base = _base_step(profile, base_image, base_image_id)
     variant = base["variant"]
-    merged_env = _environment_step(profile, env, torch_cuda_arch_list)
+    forward, compat_wheel = _forward_compat_step(profile, forward_compat, cuda_compat_sha256, install_mode)
+    merged_env = _environment_step(profile, dict(forward.get("env") or {}) | dict(env or {}), torch_cuda_arch_list)
     packages = _packages_step(profile, extra_index_urls, ray)
     requirements, indexes = packages["requirements"], packages["indexes"]
+    if compat_wheel:
+        requirements.append(compat_wheel["requirement"])
     ray_requirements, sdist_wheels = packages["ray_requirements"], packages["sdist_wheels"]
     # ---- the tag: every input above (proxies excluded, tag.py), in the order the tag has always hashed them
     tag_inputs: dict[str, Any] = {
@@ -285,6 +379,8 @@ def build_plan(
         tag_inputs["sdist_wheels"] = sdist_wheels
     if ray_requirements:  # only with Ray: without it the inputs (and so the tag) are the ones they always were
         tag_inputs["ray"] = ray_requirements
+    if forward:  # only through forward compatibility, likewise
+        tag_inputs["cuda_compat"] = {"package": forward.get("package"), "sha256": cuda_compat_sha256}
     build_args = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
                                     ("NO_PROXY", no_proxy)) if v}
     tag = image_tag(tag_inputs)
@@ -324,6 +420,9 @@ def build_plan(
             ("ca-bundle.crt", "/tmp/vllm-fleet-build-ca.crt", bool(ca_bundle)),
         ) if wanted] if build_backend == "buildkit" else [],
         "health_port": int(health_port),
+        # cuda images: `vllm --version` infers the device and fails on a builder without a GPU ("Failed to infer
+        # device type", vllm/config/device.py:55, seen building the cu130 image here); import vLLM and torch instead.
+        "cuda_import_check": CUDA_IMPORT_CHECK,
     }
     wheelhouse_digest = hashlib.sha256(
         json.dumps([pip_download, requirements, constraints_sha256] + ([sdist_wheels] if sdist_wheels else []))
@@ -339,6 +438,13 @@ def build_plan(
         "build_args": build_args,
         "pip_download": pip_download,
         "sdist_wheels": sdist_wheels,
-        "wheelhouse_name": f"{profile['vllm_version']}-{profile['key']}",
+        # The project base's wheels are for another python: a folder of their own.
+        "wheelhouse_name": f"{profile['vllm_version']}-{profile['key']}"
+        + (f"-{profile['base_kind']}" if profile.get("base_kind") else ""),
+        # A cuda wheelhouse must not see the controller's find-links: they may hold a +cpu torch of the same version,
+        # which `torch==X` matches (PEP 440 ignores the local label) and pip prefers (+cpu sorts after X).
+        "wheelhouse_own_find_links": variant == "cuda",
+        # Forward compatibility: the wheel the role builds into the wheelhouse first ({} = none).
+        "cuda_compat_wheel": compat_wheel,
         "wheelhouse_digest": wheelhouse_digest,
     }

@@ -126,14 +126,18 @@ ImageChecker = Callable[[Mapping[str, Any], Mapping[str, Any]], "str | None"]
 
 def image_compat_check(facts: Mapping[str, Any], plan: Mapping[str, Any]) -> str | None:
     """The :data:`ImageChecker` preflight uses: the IMAGE stage's compatibility table (``image_compat.check_host``,
-    CUDA images, no fallback) decides whether any image of the plan's vLLM runs on this driver and these GPUs."""
+    CUDA images, no fallback, forward compatibility as the role's default ``vllm_image_forward_compat: auto``
+    allows it) decides whether any image of the plan's vLLM runs on this driver and these GPUs: a data center GPU on
+    R535+ runs it through cuda-compat, a GeForce GPU or an older driver is refused with the driver to install."""
     version = str(plan.get("vllm_version") or "")
     if not version:
         return None
     gpus = facts.get("gpus") or []
     ccs = [str(g.get("compute_capability")) for g in gpus if g.get("compute_capability")]
+    names = [str(g.get("name")) for g in gpus if g.get("name")]
     message: str | None = image_compat.check_host(version, facts.get("driver_version"), ccs,
-                                                  variant="cuda", allow_fallback=False)
+                                                  variant="cuda", allow_fallback=False, gpu_names=names,
+                                                  forward_compat="auto")
     return message
 
 
