@@ -5,7 +5,8 @@ Usage: python image_cuda_check.py  ->  one JSON object on stdout:
 * ``torch_cuda``: ``torch.version.cuda`` (the CUDA torch was built with), ``torch``/``vllm``: their versions;
 * ``extensions``: every compiled extension of the vllm package (``vllm/**/*.so``), each with the GPU architectures its
   ELF ``.nv_fatbin`` section embeds (``sm``: cubins, ``ptx``: PTX) and ``import``: ``ok`` or the error (without a
-  driver an extension that links libcuda.so.1 cannot load: ``needs_driver``);
+  driver an extension that links libcuda.so.1 cannot load: ``needs_driver``, when that is the loader's only
+  complaint);
 * ``cuda_libraries``: the ``nvidia-*`` wheels' libraries torch loads (``libcudart``, ``libcublas``, ``libnccl``...).
 
 No cuobjdump in the image (the project base has no CUDA toolkit): the fat binary headers are parsed here. A fat binary
@@ -95,14 +96,12 @@ def main() -> int:
             importlib.import_module(module)  # a Python extension (vllm._C ...)
             entry["import"] = "ok"
         except ImportError as exc:
-            if "PyInit_" in str(exc):  # a plain shared library (no module init): load it as one
-                try:
-                    ctypes.CDLL(str(so))
-                    entry["import"] = "ok"
-                except OSError as err:
-                    exc = ImportError(str(err))
-            if entry.get("import") != "ok":
-                entry["import"] = "needs_driver" if "libcuda.so" in str(exc) else f"error: {exc}"
+            # The loader's own answer (a package __init__ may have replaced it, or the file is a plain library).
+            try:
+                ctypes.CDLL(str(so))
+                entry["import"] = "ok" if "PyInit_" in str(exc) else f"loads; module import: {exc}"
+            except OSError as err:
+                entry["import"] = "needs_driver" if "libcuda.so.1" in str(err) else f"error: {err}"
         out["extensions"][rel] = entry
     site = root.parent
     out["cuda_libraries"] = sorted(p.name for p in (site / "nvidia").rglob("lib*.so*"))[:200] \
