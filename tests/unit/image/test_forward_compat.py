@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import build as image_build
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image import forward_compat as fc
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat import ImageCompatError, select_image
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat import (
+    ImageCompatError,
+    select_image,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import image_compat_check
 
 from ._image_render import BASE_ID, ROLE, template_sha256
