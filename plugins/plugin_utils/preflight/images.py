@@ -152,4 +152,33 @@ def check_host_image(host: str, rec: Mapping[str, Any], image_checker: ImageChec
         refusal = image_checker(facts, rec.get("plan") or {})
         if refusal:
             errors.append(f"{host}: {refusal}")
+        else:
+            errors += check_image_forward_compat(host, rec)
     return errors
+
+
+def check_image_forward_compat(host: str, rec: Mapping[str, Any]) -> list[str]:
+    """A host whose image runs through CUDA forward compatibility needs what the image stage needs for it: the
+    host's ``vllm_image_forward_compat`` not ``false``, and ``vllm_image_cuda_compat_dir`` (NVIDIA's cuda-compat
+    files, packed into the image); refused here, before any host changes, rather than at the image stage."""
+    facts, plan = rec.get("facts") or {}, rec.get("plan") or {}
+    version = str(plan.get("vllm_version") or "")
+    if not version or not facts.get("gpu_count"):
+        return []
+    gpus = facts.get("gpus") or []
+    choice = str(rec.get("image_forward_compat") or "auto")
+    try:
+        decision = image_compat.select_image(
+            version, facts.get("driver_version"), [str(g.get("compute_capability")) for g in gpus
+                                                   if g.get("compute_capability")],
+            gpu_names=[str(g.get("name")) for g in gpus if g.get("name")], allow_fallback=False,
+            forward_compat=choice if choice in ("true", "false") else "auto")
+    except image_compat.ImageCompatError as exc:
+        return [f"{host}: {exc}"] if choice == "false" else []
+    forward = decision.forward_compat
+    if forward and not rec.get("image_cuda_compat_dir"):
+        return [f"{host}: {decision.reason}; the image needs NVIDIA's {forward['package']} files: set "
+                f"vllm_image_cuda_compat_dir to a controller folder holding them (the package's "
+                f"/usr/local/cuda-{decision.profile.cuda_version}/compat), or upgrade the driver to >= "
+                f"{forward['compat_driver']}"]
+    return []

@@ -20,6 +20,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.image.compat impo
     select_image,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.images import image_compat_check
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import check_fleet
 
 from ._image_render import BASE_ID, ROLE, template_sha256
 
@@ -184,3 +185,27 @@ def test_the_compat_wheel_script_refuses_a_folder_without_libcuda(tmp_path: Path
                           "d", "m", "1", "m-1-py3-none-linux_x86_64.whl"], capture_output=True, text=True, check=False)
     assert run.returncode == 1 and "no libcuda.so" in run.stderr
     assert not io.StringIO(run.stdout).read()
+
+
+# ---- preflight: refused before any host changes ---------------------------------------------------------------
+
+def _record(host: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"facts": host, "plan": {"vllm_version": "0.32.0"}, **extra}
+
+
+def test_preflight_refuses_forward_compat_without_the_compat_files() -> None:
+    host = facts("a100_40gb_x4")
+    errors = check_fleet({"gpu1": _record(host)}, image_compat_check)
+    assert len(errors) == 1 and errors[0].startswith("gpu1: ") and "vllm_image_cuda_compat_dir" in errors[0]
+    assert "upgrade the driver to >= 580.65.06" in errors[0]
+    assert check_fleet({"gpu1": _record(host, image_cuda_compat_dir="/srv/cuda-compat-13-0")}, image_compat_check) == []
+    assert check_fleet({"h200": _record(facts("h200x2"))}, image_compat_check) == []  # native: nothing asked
+
+
+def test_preflight_honours_forward_compat_off_and_refuses_geforce() -> None:
+    off = check_fleet({"gpu1": _record(facts("a100_40gb_x4"), image_forward_compat="false",
+                                       image_cuda_compat_dir="/srv/c")}, image_compat_check)
+    assert len(off) == 1 and "needs driver >= 580.65.06" in off[0]
+    geforce = check_fleet({"pc": _record(facts("a100_40gb_x4", gpu_name="NVIDIA GeForce RTX 4090"),
+                                         image_cuda_compat_dir="/srv/c")}, image_compat_check)
+    assert len(geforce) == 1 and "consumer" in geforce[0] and "install driver >= 580.65.06" in geforce[0]
