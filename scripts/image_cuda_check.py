@@ -89,8 +89,8 @@ def main() -> int:
         with so.open("rb") as handle:
             section = elf_section(handle, ".nv_fatbin")
         rel = so.relative_to(root.parent).as_posix()
-        entry: dict[str, Any] = {"bytes": so.stat().st_size, **(fatbin_archs(section) if section else
-                                                                  {"sm": [], "ptx": []})}
+        archs = fatbin_archs(section) if section else {"sm": [], "ptx": []}
+        entry: dict[str, Any] = {"bytes": so.stat().st_size, **archs}
         module = ".".join(so.relative_to(root.parent).with_name(so.name.split(".", 1)[0]).parts)
         try:
             importlib.import_module(module)  # a Python extension (vllm._C ...)

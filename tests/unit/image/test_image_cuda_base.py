@@ -113,8 +113,8 @@ def _elf_with(section_name: bytes, data: bytes) -> bytes:
     body_off = 64
     data_off, names_off = body_off, body_off + len(data)
     shoff = (names_off + len(names) + 7) // 8 * 8
-    head = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9 + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64,
-                                                                      0, 0, 64, 3, 2)
+    fields = (3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 3, 2)  # type, machine, version, entry, phoff, shoff, ...
+    head = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9 + struct.pack("<HHIQQQIHHHHHH", *fields)
     out = bytearray(head.ljust(64, b"\0") + data + names)
     out += b"\0" * (shoff - len(out))
     for name_off, off, size in ((0, 0, 0), (1, data_off, len(data)), (len(section_name) + 2, names_off, len(names))):
