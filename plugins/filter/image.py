@@ -23,6 +23,7 @@ def vllm_image_select(
     cuda_base: str = "nvidia",
     gpu_names: Any = None,
     forward_compat: str = "false",
+    project_base_present: bool = True,
 ) -> dict[str, Any]:
     try:
         decision = ic.select_image(
@@ -34,7 +35,8 @@ def vllm_image_select(
             gpu_names=[str(n) for n in (gpu_names or [])],
             forward_compat=str(forward_compat).lower(),
         ).as_dict()
-        decision["profile"] = ib.for_cuda_base(decision["profile"], str(cuda_base), str(cpu_base_image or ""))
+        decision["profile"] = ib.for_cuda_base(decision["profile"], str(cuda_base), str(cpu_base_image or ""),
+                                               bool(project_base_present))
         decision["base_kind"] = decision["profile"].get("base_kind") or (
             "nvidia" if decision["variant"] == "cuda" else "project")
         decision["base_image"] = ib.resolve_base_image(

@@ -79,8 +79,12 @@ PROJECT_BASE = {"image": "vllm-fleet/debian:bookworm", "glibc": "2.36", "release
 NVIDIA_CONTAINER_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 
-def for_cuda_base(profile: Mapping[str, Any], cuda_base: str = "nvidia", project_image: str = "") -> dict[str, Any]:
+def for_cuda_base(profile: Mapping[str, Any], cuda_base: str = "nvidia", project_image: str = "",
+                  project_present: bool = True) -> dict[str, Any]:
     """The profile as it is built on the chosen cuda base (a cpu profile is returned as it is).
+
+    ``auto`` takes the project base when the row's wheels were checked for it and the base is on the builder's
+    engine (``project_present``, a discovered fact); otherwise the row's ``nvidia/cuda`` image, as before.
 
     On the project base, the image, python and glibc are the project base's, and ``base_kind``/``base_reason`` say
     why (the reason becomes the ``org.vllm-fleet.base.reason`` label). On ``nvidia`` the profile is unchanged.
@@ -93,7 +97,7 @@ def for_cuda_base(profile: Mapping[str, Any], cuda_base: str = "nvidia", project
     if out["variant"] != "cuda":
         return out
     python = out.get("project_python")
-    if cuda_base == "nvidia" or (cuda_base == "auto" and not python):
+    if cuda_base == "nvidia" or (cuda_base == "auto" and not (python and project_present)):
         return out
     if not python:
         raise ImageBuildError(
@@ -103,7 +107,8 @@ def for_cuda_base(profile: Mapping[str, Any], cuda_base: str = "nvidia", project
             "release block"
         )
     image = project_image or PROJECT_BASE["image"]
-    why = "chosen (vllm_image_cuda_base: project)" if cuda_base == "project" else "auto: the row's wheels fit it"
+    why = ("chosen (vllm_image_cuda_base: project)" if cuda_base == "project"
+           else "auto: on the builder and the row's wheels fit it")
     out.update(
         base_image=image,
         python_version=str(python),

@@ -70,6 +70,9 @@ def test_auto_takes_the_project_base_only_where_the_wheels_were_checked() -> Non
     checked = get_profile("cu130", "0.32.0").as_dict()
     unchecked = get_profile("cu130", "0.33.0").as_dict()
     assert image_build.for_cuda_base(checked, "auto")["base_kind"] == "project"
+    # auto without the project base on the builder's engine: the nvidia/cuda image, as before
+    assert image_build.for_cuda_base(checked, "auto", project_present=False) == checked
+    assert image_build.for_cuda_base(checked, "project", project_present=False)["base_kind"] == "project"
     assert image_build.for_cuda_base(unchecked, "auto") == unchecked
     with pytest.raises(image_build.ImageBuildError, match="vllm_image_cuda_base: nvidia"):
         image_build.for_cuda_base(unchecked, "project")
@@ -84,6 +87,8 @@ def test_the_filter_resolves_the_base_and_the_role_passes_the_choice() -> None:
                                  cpu_base_image="local/debian:12")
     assert decision["base_kind"] == "project" and decision["base_image"] == "local/debian:12"
     assert vllm_image_select("0.32.0", "580.159.04", ["9.0"])["base_kind"] == "nvidia"
+    assert vllm_image_select("0.32.0", "580.159.04", ["9.0"], cuda_base="auto",
+                             project_base_present=False)["base_kind"] == "nvidia"
     tasks = (ROLE / "tasks" / "main.yml").read_text()
     assert "cuda_base=vllm_image_cuda_base" in tasks and "base_kind == 'nvidia'" in tasks
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
