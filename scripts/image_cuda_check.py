@@ -42,14 +42,14 @@ def elf_section(handle: BinaryIO, wanted: str) -> bytes | None:
     handle.seek(shoff)
     table = handle.read(shentsize * shnum)
     sections = [struct.unpack_from(endian + "IIQQQQ", table, i * shentsize) for i in range(shnum)]
-    _, _, _, _, str_off, str_size = sections[shstrndx]
+    str_off, str_size = sections[shstrndx][4:6]
     handle.seek(str_off)
     names = handle.read(str_size)
-    for name_off, _type, _flags, _addr, offset, size in sections:
-        name = names[name_off:names.index(b"\0", name_off)].decode(errors="replace")
+    for header in sections:  # (name, type, flags, addr, offset, size)
+        name = names[header[0]:names.index(b"\0", header[0])].decode(errors="replace")
         if name == wanted:
-            handle.seek(offset)
-            return handle.read(size)
+            handle.seek(header[4])
+            return handle.read(header[5])
     return None
 
 
@@ -58,13 +58,13 @@ def fatbin_archs(data: bytes) -> dict[str, list[int]]:
     found: dict[str, set[int]] = {"sm": set(), "ptx": set()}
     pos = 0
     while pos + 16 <= len(data):
-        magic, _version, header_size, payload = struct.unpack_from("<IHHQ", data, pos)
+        magic, header_size, payload = struct.unpack_from("<I2xHQ", data, pos)  # magic, version, size, payload
         if magic != FATBIN_MAGIC:
             pos += 8  # containers are 8-byte aligned; skip padding
             continue
         entry, end = pos + header_size, pos + header_size + payload
         while entry + 32 <= end:
-            kind, _ev, entry_header, entry_payload = struct.unpack_from("<HHIQ", data, entry)
+            kind, entry_header, entry_payload = struct.unpack_from("<H2xIQ", data, entry)  # kind, version, ...
             arch = struct.unpack_from("<I", data, entry + 28)[0]
             if kind in KINDS and entry_header >= 32:
                 found[KINDS[kind]].add(arch)
@@ -77,7 +77,7 @@ def fatbin_archs(data: bytes) -> dict[str, list[int]]:
 
 def main() -> int:
     import importlib
-    import importlib.metadata as metadata
+    from importlib import metadata
 
     import torch
 

@@ -33,7 +33,7 @@ def _parse_only_platform(device: str) -> None:
     """A GPU-less build host parsing for a CUDA image: vLLM finds no platform without a driver (NVML) and its CUDA
     platform module loads ``vllm._C_stable_libtorch``, which needs libcuda.so.1. Parsing needs only the device type
     (``DeviceConfig``, vllm/config/device.py:48-57), so stand in a platform that has just that."""
-    import vllm.platforms as platforms
+    from vllm import platforms
     from vllm.platforms.interface import UnspecifiedPlatform
 
     class ParseOnlyPlatform(UnspecifiedPlatform):
