@@ -100,7 +100,8 @@ resolve: venv
 # The cuda image built for real and opened without a GPU (issue 31): 0.32.0 cu130 on the project's debootstrap base
 # through playbooks/image.yml (scripts/testbed/80-vllm-image-cuda.sh), then tests/integration/image/test_vllm_image_cuda.py.
 # Opt-in (measured on 2 cores: wheelhouse 49 s / 3.7 GB once, cached by content under .cache/vllm-image-cuda; BuildKit
-# build ~250 s, a CPU-bound pip install; 9.5 GB image): `make test IMAGE_CUDA=1` runs it as a sixth lane.
+# build ~250 s on an idle machine, 1139 s at load 13-15, a CPU-bound pip install; 9.5 GB image; checks 23 s):
+# `make test IMAGE_CUDA=1` runs it as a sixth lane.
 image-cuda: venv testbed-base
 	@started=$$SECONDS; bash scripts/testbed/80-vllm-image-cuda.sh; \
 	$(BIN)/pytest tests/integration/image/test_vllm_image_cuda.py -m image_cuda --durations=10; \

@@ -38,6 +38,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_fil
     plan_for_model,
 )
 
+from tests.integration.preflight.test_serve_args_parse import same  # noqa: E402  (the same comparison as the cpu lane)
+
 H200 = json.loads((ROOT / "tests/fixtures/gpu/h200x2/expected_facts.json").read_text())
 LLAMA_8B = json.loads((ROOT / "tests/fixtures/planner/models/llama-3.1-8b/config.json").read_text())
 ROW = get_profile("cu130", "0.32.0")
@@ -141,6 +143,8 @@ def test_vllms_parser_reads_the_fleets_rendered_serve_commands(image_ref: str, t
         configs.append(replica["engine_args"])
     cases.append(["serve", "/srv/models/llama-3.1-8b", "--worker-use-ray"])  # a removed flag: must be refused
     (tmp_path / "cases.json").write_text(json.dumps(cases))
+    for path in (tmp_path, *tmp_path.iterdir()):  # the image runs as uid 1000
+        path.chmod(0o755 if path.is_dir() else 0o644)
     results = json.loads(_run(image_ref, "/check/vllm_serve_parse.py", "parse", "/cases/cases.json",
                               env={"VLLM_FLEET_PARSE_DEVICE": "cuda"},
                               mounts={str(ROOT / "scripts"): "/check", str(tmp_path): "/cases"}))
@@ -149,4 +153,4 @@ def test_vllms_parser_reads_the_fleets_rendered_serve_commands(image_ref: str, t
         assert result["ok"], result
         for key, value in engine_args.items():
             parsed = result["args"].get(key.replace("-", "_"))
-            assert parsed == value or str(parsed) == str(value) or isinstance(value, dict), (key, parsed, value)
+            assert same(parsed, value), (key, parsed, value)
