@@ -24,12 +24,30 @@ import dataclasses
 import enum
 import io
 import json
+import os
 import sys
 from typing import Any
 
 
+def _parse_only_platform(device: str) -> None:
+    """A GPU-less build host parsing for a CUDA image: vLLM finds no platform without a driver (NVML) and its CUDA
+    platform module loads ``vllm._C_stable_libtorch``, which needs libcuda.so.1. Parsing needs only the device type
+    (``DeviceConfig``, vllm/config/device.py:48-57), so stand in a platform that has just that."""
+    from vllm import platforms
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    class ParseOnlyPlatform(UnspecifiedPlatform):
+        device_type = device
+        device_name = device
+
+    platforms.current_platform = ParseOnlyPlatform()  # a module global: found before the lazy __getattr__
+
+
 def serve_parser() -> tuple[Any, Any]:
-    """``(top-level parser, the serve subcommand)`` as ``vllm`` builds them."""
+    """``(top-level parser, the serve subcommand)`` as ``vllm`` builds them (``VLLM_FLEET_PARSE_DEVICE=cuda``: on a
+    host without the image's GPU, :func:`_parse_only_platform`)."""
+    if os.environ.get("VLLM_FLEET_PARSE_DEVICE"):
+        _parse_only_platform(os.environ["VLLM_FLEET_PARSE_DEVICE"])
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

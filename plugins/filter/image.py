@@ -20,6 +20,10 @@ def vllm_image_select(
     allow_fallback: bool = True,
     registry_mirror: str = "",
     cpu_base_image: str = "",
+    cuda_base: str = "nvidia",
+    gpu_names: Any = None,
+    forward_compat: str = "false",
+    project_base_present: bool = True,
 ) -> dict[str, Any]:
     try:
         decision = ic.select_image(
@@ -28,7 +32,13 @@ def vllm_image_select(
             [str(c) for c in (compute_capabilities or [])],
             variant=str(variant),
             allow_fallback=bool(allow_fallback),
+            gpu_names=[str(n) for n in (gpu_names or [])],
+            forward_compat=str(forward_compat).lower(),
         ).as_dict()
+        decision["profile"] = ib.for_cuda_base(decision["profile"], str(cuda_base), str(cpu_base_image or ""),
+                                               bool(project_base_present))
+        decision["base_kind"] = decision["profile"].get("base_kind") or (
+            "nvidia" if decision["variant"] == "cuda" else "project")
         decision["base_image"] = ib.resolve_base_image(
             decision["profile"], str(registry_mirror or ""), str(cpu_base_image or "")
         )

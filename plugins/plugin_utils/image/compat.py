@@ -35,6 +35,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.provision.cuda_dr
     parse_driver_version,
 )
 
+from . import forward_compat as fc
+
 
 class ImageCompatError(ValueError):
     """No image profile fits the request; the message says what to change."""
@@ -60,6 +62,9 @@ class ImageProfile:
         pins installed in the same pip step as vLLM (and downloaded into the same wheelhouse); ``()`` when vLLM's own
         requirements already install Ray; ``None`` when no Ray is known for the row (Ray is then refused).
     :param sources: where each fact comes from.
+    :param project_python: a cuda row only: the python of the project's own debootstrap base (``PROJECT_BASE``)
+        whose wheels were checked for this row (their tags: cp3XX or abi3, manylinux at most the base's glibc);
+        ``None``: the row builds on its ``nvidia/cuda`` base only (``vllm_image_cuda_base: nvidia``).
     """
 
     key: str
@@ -80,6 +85,7 @@ class ImageProfile:
     ray_requirements: tuple[str, ...] | None = None
     sources: tuple[str, ...] = ()
     notes: str = ""
+    project_python: str | None = None
 
     def __post_init__(self) -> None:
         minimum = None
@@ -184,9 +190,12 @@ class ImageDecision:
     fallback: bool
     reason: str
     warnings: tuple[str, ...] = field(default=())
+    #: Set when the host runs the image through CUDA forward compatibility (forward_compat.py ``decide``).
+    forward_compat: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "forward_compat": dict(self.forward_compat) if self.forward_compat else None,
             "profile": self.profile.as_dict(),
             "key": self.profile.key,
             "variant": self.profile.variant,
@@ -232,6 +241,8 @@ def select_image(
     *,
     variant: str = "cuda",
     allow_fallback: bool = True,
+    gpu_names: Sequence[str] = (),
+    forward_compat: str = "false",
 ) -> ImageDecision:
     """Pick the image profile a host can run.
 
@@ -244,6 +255,10 @@ def select_image(
     :param compute_capabilities: the host's GPUs' ``compute_capability`` values.
     :param variant: ``cuda`` or ``cpu``.
     :param allow_fallback: allow an older vLLM/PyTorch pair when the requested version cannot run.
+    :param gpu_names: the host's GPU names (nvidia-smi), for forward compatibility's data-center-GPU rule.
+    :param forward_compat: ``vllm_image_forward_compat`` (``auto``/``true``/``false``): when no CUDA row of the
+        requested version runs on the driver natively, its newest row whose kernels fit the GPUs runs through
+        forward compatibility where forward_compat.py ``decide`` allows it (before any fallback to an older vLLM).
     :raises ImageCompatError: nothing fits; the message is the preflight refusal.
     """
     if variant not in ("cuda", "cpu"):
@@ -271,6 +286,12 @@ def select_image(
             )
         why_not.append(f"{profile.key}: {problem}")
 
+    forward = _forward_compat(vllm_version, driver_version, ccs, gpu_names, forward_compat)
+    if isinstance(forward, ImageDecision):
+        return forward
+    if forward:
+        why_not.append(forward)
+
     if allow_fallback:
         for profile in COMPAT_TABLE:
             if profile.variant != "cuda" or profile.vllm_version == vllm_version:
@@ -293,6 +314,32 @@ def select_image(
                     ),
                 )
     raise ImageCompatError(refusal_message(vllm_version, driver_version, ccs, why_not, allow_fallback))
+
+
+def _forward_compat(vllm_version: str, driver_version: str | None, ccs: Sequence[str], gpu_names: Sequence[str],
+                    choice: str) -> ImageDecision | str | None:
+    """The requested version's newest CUDA row whose kernels fit the GPUs, through forward compatibility; else why not
+    (forward_compat.py's refusal, which names the driver to install), or None when it does not apply."""
+    if choice == "false" or not driver_version:
+        return None
+    for profile in profiles_for(vllm_version, "cuda"):
+        if profile.cuda_version is None or any(cc not in profile.compute_capabilities for cc in ccs):
+            continue
+        try:
+            forward = fc.decide(profile.cuda_version, driver_version, gpu_names, choice=choice)
+        except fc.ForwardCompatError as exc:
+            return f"forward compatibility: {exc}"
+        if forward.mode != "forward":
+            return None
+        return ImageDecision(
+            profile=profile,
+            requested_vllm_version=vllm_version,
+            fallback=False,
+            reason=f"{profile.key}: vLLM {profile.vllm_version} + torch {profile.torch_version} (CUDA "
+            f"{profile.torch_cuda}) on {profile.base_image}; {forward.reason}",
+            forward_compat=forward.as_dict(),
+        )
+    return None
 
 
 def _select_cpu(vllm_version: str) -> ImageDecision:
@@ -369,6 +416,8 @@ def check_host(
     *,
     variant: str = "cuda",
     allow_fallback: bool = True,
+    gpu_names: Sequence[str] = (),
+    forward_compat: str = "false",
 ) -> str | None:
     """Preflight helper: ``None`` when some image fits, else the refusal message."""
     try:
@@ -378,6 +427,8 @@ def check_host(
             compute_capabilities,
             variant=variant,
             allow_fallback=allow_fallback,
+            gpu_names=gpu_names,
+            forward_compat=forward_compat,
         )
     except ImageCompatError as exc:
         return str(exc)

@@ -36,6 +36,9 @@ class GpuSku:
     shares_host_memory: bool = False  # unified memory: the host OS and vLLM draw on the same pool
     vendor: str = "nvidia"  # "nvidia" | "amd" (AMD Instinct: planned only; provisioning, image and deploy are NVIDIA)
     gfx: str = ""  # AMD: the LLVM target (gfx90a / gfx942 / gfx950); compute_capability is what vLLM derives from it
+    #: NVIDIA's product line: "datacenter", "workstation" (RTX PRO / RTX Ada, DGX Spark) or "consumer" (GeForce).
+    #: CUDA forward compatibility runs on data center GPUs only (image/forward_compat.py).
+    segment: str = "datacenter"
 
 
 # memory_mib: the value nvidia-smi prints. Real captures where we have them (H200 143771 MiB from
@@ -56,9 +59,9 @@ GPU_CATALOGUE: tuple[GpuSku, ...] = (
     GpuSku("B300", r"\bB300\b", 275040, "10.3", 8, "blackwell", 8000, "nvswitch"),
     GpuSku("GB200", r"\bGB200\b", 189471, "10.0", 4, "blackwell", 8000, "nvswitch"),  # NVL72: 4 GPUs a tray
     GpuSku("GB300", r"\bGB300\b", 284208, "10.3", 4, "blackwell", 8000, "nvswitch"),
-    GpuSku("GB10", r"\bGB10\b", 124610, "12.1", 1, "blackwell", 273, "single", shares_host_memory=True),
-    GpuSku("RTXPRO6000BW", r"RTX PRO 6000 Blackwell", 97887, "12.0", 1, "blackwell", 1792, "pcie"),
-    GpuSku("RTX5090", r"RTX 5090", 32607, "12.0", 1, "blackwell", 1792, "pcie"),
+    GpuSku("GB10", r"\bGB10\b", 124610, "12.1", 1, "blackwell", 273, "single", shares_host_memory=True, segment="workstation"),
+    GpuSku("RTXPRO6000BW", r"RTX PRO 6000 Blackwell", 97887, "12.0", 1, "blackwell", 1792, "pcie", segment="workstation"),
+    GpuSku("RTX5090", r"RTX 5090", 32607, "12.0", 1, "blackwell", 1792, "pcie", segment="consumer"),
     # Hopper (cc 9.0)
     GpuSku("H200-NVL", r"\bH200 NVL\b", 143771, "9.0", 4, "hopper", 4800, "nvlink"),
     GpuSku("H200", r"\bH200\b", 143771, "9.0", 8, "hopper", 4800, "nvswitch"),
@@ -76,20 +79,20 @@ GPU_CATALOGUE: tuple[GpuSku, ...] = (
     GpuSku("A40", r"\bA40\b", 46068, "8.6", 2, "ampere", 696, "nvlink"),
     GpuSku("A10G", r"\bA10G\b", 23028, "8.6", 1, "ampere", 600, "pcie"),
     GpuSku("A10", r"\bA10\b", 23028, "8.6", 1, "ampere", 600, "pcie"),
-    GpuSku("RTX3090", r"RTX 3090", 24576, "8.6", 2, "ampere", 936, "nvlink"),
+    GpuSku("RTX3090", r"RTX 3090", 24576, "8.6", 2, "ampere", 936, "nvlink", segment="consumer"),
     # Ada Lovelace (cc 8.9)
     GpuSku("L40S", r"\bL40S\b", 46068, "8.9", 1, "ada", 864, "pcie"),
     GpuSku("L40", r"\bL40\b", 46068, "8.9", 1, "ada", 864, "pcie"),
     GpuSku("L20", r"\bL20\b", 46068, "8.9", 1, "ada", 864, "pcie"),
     GpuSku("L4", r"\bL4\b", 23034, "8.9", 1, "ada", 300, "pcie"),
-    GpuSku("RTX6000ADA", r"RTX 6000 Ada", 49140, "8.9", 1, "ada", 960, "pcie"),
-    GpuSku("RTX4090", r"RTX 4090", 24564, "8.9", 1, "ada", 1008, "pcie"),
-    GpuSku("RTX4080", r"RTX 4080", 16376, "8.9", 1, "ada", 717, "pcie"),
+    GpuSku("RTX6000ADA", r"RTX 6000 Ada", 49140, "8.9", 1, "ada", 960, "pcie", segment="workstation"),
+    GpuSku("RTX4090", r"RTX 4090", 24564, "8.9", 1, "ada", 1008, "pcie", segment="consumer"),
+    GpuSku("RTX4080", r"RTX 4080", 16376, "8.9", 1, "ada", 717, "pcie", segment="consumer"),
     # Older (below vLLM's cc 7.5 floor except T4: planned only for old vLLM releases)
     GpuSku("T4", r"\bT4\b", 15360, "7.5", 1, "turing", 320, "pcie"),
     GpuSku("V100-32", r"\bV100\b.*32\s*GB", 32768, "7.0", 8, "volta", 900, "nvlink"),
     GpuSku("V100", r"\bV100\b", 16384, "7.0", 8, "volta", 900, "nvlink"),
-    GpuSku("GTX1080", r"GTX 1080", 8192, "6.1", 1, "pascal", 320, "pcie"),
+    GpuSku("GTX1080", r"GTX 1080", 8192, "6.1", 1, "pascal", 320, "pcie", segment="consumer"),
     # AMD Instinct (planning only; see AMD_CATALOGUE_SOURCES). The patterns allow vLLM's "AMD_Instinct_MI300X" (no \b at _).
     # compute_capability: vLLM's ROCm platform derives it
     # from the gfx name (platforms/rocm.py _capability_from_gcn_arch, rules.VERIFIED "rocm:gfx_capability").

@@ -126,14 +126,18 @@ ImageChecker = Callable[[Mapping[str, Any], Mapping[str, Any]], "str | None"]
 
 def image_compat_check(facts: Mapping[str, Any], plan: Mapping[str, Any]) -> str | None:
     """The :data:`ImageChecker` preflight uses: the IMAGE stage's compatibility table (``image_compat.check_host``,
-    CUDA images, no fallback) decides whether any image of the plan's vLLM runs on this driver and these GPUs."""
+    CUDA images, no fallback, forward compatibility as the role's default ``vllm_image_forward_compat: auto``
+    allows it) decides whether any image of the plan's vLLM runs on this driver and these GPUs: a data center GPU on
+    R535+ runs it through cuda-compat, a GeForce GPU or an older driver is refused with the driver to install."""
     version = str(plan.get("vllm_version") or "")
     if not version:
         return None
     gpus = facts.get("gpus") or []
     ccs = [str(g.get("compute_capability")) for g in gpus if g.get("compute_capability")]
+    names = [str(g.get("name")) for g in gpus if g.get("name")]
     message: str | None = image_compat.check_host(version, facts.get("driver_version"), ccs,
-                                                  variant="cuda", allow_fallback=False)
+                                                  variant="cuda", allow_fallback=False, gpu_names=names,
+                                                  forward_compat="auto")
     return message
 
 
@@ -148,4 +152,33 @@ def check_host_image(host: str, rec: Mapping[str, Any], image_checker: ImageChec
         refusal = image_checker(facts, rec.get("plan") or {})
         if refusal:
             errors.append(f"{host}: {refusal}")
+        else:
+            errors += check_image_forward_compat(host, rec)
     return errors
+
+
+def check_image_forward_compat(host: str, rec: Mapping[str, Any]) -> list[str]:
+    """A host whose image runs through CUDA forward compatibility needs what the image stage needs for it: the
+    host's ``vllm_image_forward_compat`` not ``false``, and ``vllm_image_cuda_compat_dir`` (NVIDIA's cuda-compat
+    files, packed into the image); refused here, before any host changes, rather than at the image stage."""
+    facts, plan = rec.get("facts") or {}, rec.get("plan") or {}
+    version = str(plan.get("vllm_version") or "")
+    if not version or not facts.get("gpu_count"):
+        return []
+    gpus = facts.get("gpus") or []
+    choice = str(rec.get("image_forward_compat") or "auto")
+    try:
+        decision = image_compat.select_image(
+            version, facts.get("driver_version"), [str(g.get("compute_capability")) for g in gpus
+                                                   if g.get("compute_capability")],
+            gpu_names=[str(g.get("name")) for g in gpus if g.get("name")], allow_fallback=False,
+            forward_compat=choice if choice in ("true", "false") else "auto")
+    except image_compat.ImageCompatError as exc:
+        return [f"{host}: {exc}"] if choice == "false" else []
+    forward = decision.forward_compat
+    if forward and not rec.get("image_cuda_compat_dir"):
+        return [f"{host}: {decision.reason}; the image needs NVIDIA's {forward['package']} files: set "
+                f"vllm_image_cuda_compat_dir to a controller folder holding them (the package's "
+                f"/usr/local/cuda-{decision.profile.cuda_version}/compat), or upgrade the driver to >= "
+                f"{forward['compat_driver']}"]
+    return []

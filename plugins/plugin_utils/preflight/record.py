@@ -131,6 +131,9 @@ def host_input(
         "secret_names": secrets,
         "ports": dict(ports or {}),
         "image_cuda": variables.get("vllm_fleet_image_cuda_version"),
+        # The image stage's forward-compatibility inputs (checked in images.check_image_forward_compat).
+        "image_forward_compat": str(variables.get("vllm_image_forward_compat") or "auto").lower(),
+        "image_cuda_compat_dir": str(variables.get("vllm_image_cuda_compat_dir") or ""),
         # Only when the inventory sets it (checked against a Ray launch in fleet_launch).
         **({"image_ray": variables["vllm_image_ray"]} if variables.get("vllm_image_ray") is not None else {}),
         # Only when the inventory pins it (checked against the plan's version in fleet_launch).
@@ -306,6 +309,8 @@ def _host_record(item: Mapping[str, Any], plan: dict[str, Any], launch: dict[str
         "multinode_group": item.get("multinode_group"),
         "ports": ports,
         "image_cuda": item.get("image_cuda"),
+        "image_forward_compat": item.get("image_forward_compat", "auto"),
+        "image_cuda_compat_dir": item.get("image_cuda_compat_dir", ""),
         "feedback": item.get("feedback"),
         "launch": launch,
     }

@@ -28,31 +28,32 @@ H200 = ["9.0"]
 #: Computed with the code before Ray existed (same calls as below): tag, sha256 of the rendered Dockerfile and the
 #: wheelhouse digest. With Ray off nothing may differ: the CI caches the default cpu image by this tag, and a changed
 #: default would rebuild every fleet's image. A deliberate change of the image (template, inputs) updates this table
-#: (last: the build backend became an input, issue 13).
+#: (last: issue 31, cuda images check their install by importing vLLM and torch, `vllm --version`
+#: needs a GPU there; the cpu Dockerfile differs only in the labels carrying the template checksum and tag).
 BEFORE_RAY = {
-    ("0.32.0", "cpu", "wheelhouse"): ("0.32.0-cpu-b26de3a98fd7",
-                                      "1941ce4c4d88150b6d5999982e3b3695cbd9e349789f800302e706e1e4b090db",
+    ("0.32.0", "cpu", "wheelhouse"): ("0.32.0-cpu-663024f52313",
+                                      "8ec48c383d94d0f4ed476d38fd6efa5b65cc11ac508e0d55d05abdefd6fa3bea",
                                       "fd3e9deed5cd886f"),
-    ("0.32.0", "cpu", "index"): ("0.32.0-cpu-2b3bd104996c",
-                                 "aa77c2e2b80d6fd5a05e261beefecef7719815f85369e3b30b518d161ed062dd",
+    ("0.32.0", "cpu", "index"): ("0.32.0-cpu-7d3606782c3f",
+                                 "074255dbe0db9131596c35279290d166d54dc84b3dadeba17e21631d6f1175ba",
                                  "a9ae78fec0098b36"),
-    ("0.33.0", "cu130", "wheelhouse"): ("0.33.0-cu130-ba6c12db69e4",
-                                        "082a025a4fe37f24902235ab3d22d9abc58f18cbda1187e5fbaa58f98d08594c",
+    ("0.33.0", "cu130", "wheelhouse"): ("0.33.0-cu130-43a2ae677ad1",
+                                        "6543f1ee2d22df781103b5a34e9341cb471677693a603c73a5fdbd442ddba5e8",
                                         "f0c92ce16a7f0c07"),
-    ("0.33.0", "cu130", "index"): ("0.33.0-cu130-7ebfa4c51867",
-                                   "d3ae8d0f07c254dcc1270b650b99ed3411f608e3703661f7dfc694f8ea8142fa",
+    ("0.33.0", "cu130", "index"): ("0.33.0-cu130-61332f1d2317",
+                                   "936ed4865d157ae4bc8f0682b8788180de92fde11661647b3d8f7267d340d65e",
                                    "76d7e63e0054716d"),
-    ("0.32.0", "cu129", "wheelhouse"): ("0.32.0-cu129-61622a9bd270",
-                                        "6b3c7578cd1e1a49493959cd387fd8406785af9f3a4f4bccc506d3227c42e438",
+    ("0.32.0", "cu129", "wheelhouse"): ("0.32.0-cu129-5af97252fdbc",
+                                        "dd6e7e3f648ec289903f14a7717c1a09ff52340074fd4f9e3565c3e1ea199f46",
                                         "8547ac0dd8d18ebc"),
-    ("0.32.0", "cu129", "index"): ("0.32.0-cu129-70f6cf52e88a",
-                                   "f21c9ece966fd78d607a271dc5d389e6796262233e7c6804c0d54b36e0005811",
+    ("0.32.0", "cu129", "index"): ("0.32.0-cu129-9a9abece73c7",
+                                   "d94d07ed66b058559900419cba3dfb5010843d941fd507cc16f11c333c9f4544",
                                    "a2376ffe451bf3cf"),
-    ("0.6.3.post1", "cu121", "wheelhouse"): ("0.6.3.post1-cu121-a8d5dbc57ecc",
-                                             "580a32b2273149f61e64172e493732d36be14f779f3428cf9cd8e8d7101aad1c",
+    ("0.6.3.post1", "cu121", "wheelhouse"): ("0.6.3.post1-cu121-36f35ee5c7ba",
+                                             "b7cbcd75541010c143db48f9bb1c58ebac774523938242f39c5151404262443e",
                                              "d72678cb2a25d8e7"),
-    ("0.6.3.post1", "cu121", "index"): ("0.6.3.post1-cu121-694a339e7039",
-                                        "19c9cb03ca76d6f2bd3c7f3829b84cbafbb18403415115677d1feab2836c49b7",
+    ("0.6.3.post1", "cu121", "index"): ("0.6.3.post1-cu121-511d9d8798fe",
+                                        "094eaad4ac624b689f9748a1ce3aefb8a59032419c51cbb32e5560454757276e",
                                         "2e4e34e842eebbee"),
 }
 #: The decisions the table above was computed for: (vLLM, driver, variant).

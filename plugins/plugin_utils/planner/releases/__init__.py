@@ -154,6 +154,7 @@ class ImageRow:
     ray_requirements: tuple[str, ...] | None = None
     sources: tuple[str, ...] = ()
     notes: str = ""
+    project_python: str | None = None
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,10 @@ RELEASE = Release(
                 "vllm-project/vllm PR #47628: default (unsuffixed) wheel is the CUDA 13.0 build",
             ),
             notes="Default upstream build (CUDA 13.0).",
+            # The project's debootstrap base (Debian 12, python 3.11, glibc 2.36): pip downloaded the whole set for
+            # it (3.7 GB, 2026-12-04): vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64 and
+            # torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64 (the CUDA 13.0 build) with its nvidia-*-cu13 wheels.
+            project_python="3.11",
         ),
         ImageRow(
             key="cu129",
