@@ -166,13 +166,22 @@ def default_cache_dir() -> str:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm-fleet", "models")
 
 
+def _hub() -> Any:
+    """huggingface_hub, or a one-line refusal that says how to install it."""
+    try:
+        import huggingface_hub  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise ModelSourceError("a Hub reference needs huggingface_hub on the controller: pip install "
+                               "'vllm-fleet[hub]' (or huggingface_hub)") from None
+    return huggingface_hub
+
+
 def file_urls(ref: ModelRef, manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The manifest's files with the URL each host downloads it from (``hf_hub_url`` for the Hub)."""
     if ref.kind == "path":
         return []
     if ref.kind == "hub":
-        from huggingface_hub import hf_hub_url  # pylint: disable=import-outside-toplevel
-
+        hf_hub_url = _hub().hf_hub_url
         return [{**f, "url": hf_hub_url(ref.source, f["path"], revision=manifest["revision"],
                                         endpoint=os.environ.get("HF_ENDPOINT"))} for f in manifest["files"]]
     return [{**f, "url": f"{ref.source}/{urllib.parse.quote(f['path'])}"} for f in manifest["files"]]
@@ -272,12 +281,10 @@ def _resolve_mirror(ref: ModelRef, cache: str) -> Resolved:
 
 def _resolve_hub_offline(ref: ModelRef, cache: str) -> Resolved:
     """The local Hub cache (``HF_HUB_CACHE``): huggingface_hub finds the snapshot; sizes and sha256 from its blobs."""
-    from huggingface_hub import snapshot_download  # pylint: disable=import-outside-toplevel
-    from huggingface_hub.errors import LocalEntryNotFoundError  # pylint: disable=import-outside-toplevel
-
+    hub = _hub()
     try:
-        snapshot = snapshot_download(ref.source, revision=ref.revision, local_files_only=True)
-    except LocalEntryNotFoundError:
+        snapshot = hub.snapshot_download(ref.source, revision=ref.revision, local_files_only=True)
+    except hub.errors.LocalEntryNotFoundError:
         raise ModelSourceError(f"offline and {ref.describe()} is neither in the controller cache ({cache}) nor in the "
                                "Hub cache: run once online (or copy the cache), or unset VLLM_FLEET_OFFLINE/HF_HUB_OFFLINE"
                                ) from None
@@ -298,10 +305,8 @@ def _resolve_hub_offline(ref: ModelRef, cache: str) -> Resolved:
 
 
 def _resolve_hub_online(ref: ModelRef, cache: str, token: str | None) -> Resolved:
-    from huggingface_hub import HfApi, hf_hub_download  # pylint: disable=import-outside-toplevel
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError  # pylint: disable=import-outside-toplevel
-
-    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"), token=token or False)
+    hub = _hub()
+    api = hub.HfApi(endpoint=os.environ.get("HF_ENDPOINT"), token=token)
     try:
         info = api.model_info(ref.source, revision=ref.revision, files_metadata=True)
         files, small = [], {}
@@ -309,17 +314,17 @@ def _resolve_hub_online(ref: ModelRef, cache: str, token: str | None) -> Resolve
             sha = sib.lfs.sha256 if sib.lfs else None
             local = None
             if sib.rfilename in SMALL_FILES or not sha:
-                local = hf_hub_download(ref.source, sib.rfilename, revision=info.sha, token=token or False)
+                local = hub.hf_hub_download(ref.source, sib.rfilename, revision=info.sha, token=token)
                 sha = sha or _sha256(local)
             files.append({"path": sib.rfilename, "size": int(sib.size or (os.path.getsize(local) if local else 0)),
                           "sha256": sha})
             if local and sib.rfilename in SMALL_FILES:
                 with open(local, "rb") as handle:
                     small[sib.rfilename] = handle.read()
-    except GatedRepoError:
+    except hub.errors.GatedRepoError:
         raise ModelSourceError(f"{ref.source} is gated: accept its licence on the Hub and set vllm_fleet_hf_token "
                                "(ansible-vault)") from None
-    except HfHubHTTPError as exc:
+    except hub.errors.HfHubHTTPError as exc:
         raise ModelSourceError(f"the Hub refused {ref.describe()}: {str(exc).splitlines()[0]}") from None
     manifest = parse_manifest({"revision": info.sha, "files": files}, ref.describe())
     return Resolved(ref, _store(cache, ref, manifest, small, ref.revision), manifest, f"read from {ref.describe()}")
