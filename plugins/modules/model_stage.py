@@ -17,7 +17,7 @@ description:
   - A revision already verified (its marker file lists the same files, sizes and digests) and in place changes
     nothing. In check mode nothing is written; the result and the diff say which files would download and how
     many bytes.
-  - A file whose bytes do not match the sha256 it was published with is refused: the partial file is removed,
+  - A file whose bytes do not match the sha256 it was published with is refused - the partial file is removed,
     the task fails naming the file, and the symlink keeps pointing at the previous revision.
   - O(state=probe) only reads - the free bytes at O(root) (its nearest existing parent), the revision in
     place, and whether O(probe_url) answers - for the stage playbook's fleet check before any host changes.
@@ -38,7 +38,7 @@ options:
     required: true
   files:
     description:
-      - Each file as C({path, size, sha256, url}); C(path) is relative to the model directory.
+      - Each file as a dict with C(path), C(size), C(sha256) and C(url); C(path) is relative to the model directory.
     type: list
     elements: dict
     default: []

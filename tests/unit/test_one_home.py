@@ -25,6 +25,8 @@ MIN_SHARED = 3
 
 #: Table-name pairs that share keys but are different facts (or a copy whose removal is pending), with why.
 DISTINCT: dict[frozenset[str], str] = {
+    frozenset({"FILENAMES", "SMALL_FILES"}): "the files the tiny model writes vs the small files the controller reads "
+                                             "from a model source to plan",
     frozenset({"ALLOWED_RANKS", "SUPPORTED_HEAD_DIMS"}): "vLLM's LoRA ranks vs the tiny model's attention head sizes",
     frozenset({"ALLOWED_RANKS", "TP_SIZES"}): "vLLM's LoRA ranks vs the tensor-parallel sizes the planner tries",
     frozenset({"ALLOWED_RANKS", "CPU_ATTENTION_HEAD_SIZES"}): "vLLM's LoRA ranks vs the CPU backend's head sizes",
