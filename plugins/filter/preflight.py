@@ -14,7 +14,10 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import ModelSourceError, is_reference
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import (
+    ModelSourceError,
+    is_reference,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import fleet as ff
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record as fl
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr

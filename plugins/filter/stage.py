@@ -8,8 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import ModelSourceError, is_reference
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.staging import fleet_stage_check, resolve_for_host
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import (
+    ModelSourceError,
+    is_reference,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.staging import (
+    fleet_stage_check,
+    resolve_for_host,
+)
 
 
 def _data(value: Any) -> Any:

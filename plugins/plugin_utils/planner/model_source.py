@@ -169,7 +169,7 @@ def default_cache_dir() -> str:
 def _hub() -> Any:
     """huggingface_hub, or a one-line refusal that says how to install it."""
     try:
-        import huggingface_hub  # pylint: disable=import-outside-toplevel
+        import huggingface_hub  # type: ignore[import-not-found,unused-ignore]  # pylint: disable=import-outside-toplevel
     except ImportError:
         raise ModelSourceError("a Hub reference needs huggingface_hub on the controller: pip install "
                                "'vllm-fleet[hub]' (or huggingface_hub)") from None
@@ -198,7 +198,7 @@ def _sha256(path: str) -> str:
 def _http_get(url: str, token: str | None = None, timeout: float = 30) -> bytes:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
             data: bytes = resp.read()
             return data
     except urllib.error.HTTPError as exc:

@@ -36,8 +36,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.tiny_model import build_tiny_model
+
 from tests.integration._helpers import docker, free_port
 
 pytestmark = pytest.mark.integration
@@ -72,7 +72,7 @@ class Mirror:
 
 def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (quiet)
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
         def _serve(self, body: bool) -> None:
@@ -97,10 +97,10 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     self.close_connection = True
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._serve(True)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._serve(False)
 
     return Handler

@@ -12,10 +12,9 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import model_source as ms
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,12 +63,12 @@ def test_a_manifest_needs_sizes_sha256_and_a_revision() -> None:
 
 
 class _Files(BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
+    files: ClassVar[dict[str, bytes]] = {}
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         data = self.files.get(self.path)
         if data is None:
             self.send_error(404)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.filter.preflight import _host_state
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.fleet import fleet_preflight
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.staging import fleet_stage_check, margin_bytes
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.staging import (
+    fleet_stage_check,
+    margin_bytes,
+)
 
 from tests.unit.planner.test_model_source import mirror  # noqa: F401  (the fixture)
 
