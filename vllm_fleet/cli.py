@@ -175,8 +175,8 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
 def _model(args: argparse.Namespace) -> str:
     """The model directory to plan from: a path as given, or a Hub/mirror reference read into the cache."""
     model = str(args.model)
-    if os.path.exists(os.path.expanduser(model)) or not (model.startswith(("http://", "https://"))
-                                                          or re.match(r"^[\w.-]+/[\w.-]+$", model)):
+    reference = model.startswith(("http://", "https://")) or re.match(r"^[\w.-]+/[\w.-]+$", model)
+    if os.path.exists(os.path.expanduser(model)) or not reference:
         if args.revision:
             raise ModelSourceError("--revision is for a Hub repository org/name, not a local model directory")
         return model

@@ -252,7 +252,7 @@ def _store(cache: str, ref: ModelRef, manifest: dict[str, Any], small: Mapping[s
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(tmp, directory)
     os.makedirs(os.path.join(base, "refs"), exist_ok=True)
-    for alias in {asked or "default", "default"}:
+    for alias in sorted({asked or "default", "default"}):
         with open(os.path.join(base, "refs", alias), "w", encoding="utf-8") as handle:
             handle.write(manifest["revision"])
     return directory

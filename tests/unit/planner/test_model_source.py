@@ -1,4 +1,4 @@
-"""The model reference (planner/model_source.py): parsing, revision and token handling, the mirror's manifest, the
+"""The model reference (planner/model_source.py): parsing, revision and token handling, the model_mirror's manifest, the
 controller cache and offline mode; and the Hub path through huggingface_hub against a pre-populated Hub cache."""
 
 from __future__ import annotations
@@ -8,14 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import model_source as ms
+
+from tests.unit.conftest import MirrorFiles
 
 ROOT = Path(__file__).resolve().parents[3]
 # A real published config.json (tests/fixtures/planner/checkpoints/SOURCES.json: ai-dynamo/aiconfigurator
@@ -38,7 +37,7 @@ def test_a_hub_reference_needs_a_revision_and_a_branch_warns() -> None:
     ({"repo": "gpt-oss-20b", "revision": "main"}, "must be a Hub repository 'org/name'"),
     ({"repo": "a/b", "url": "http://x/y", "revision": "main"}, "give exactly one source"),
     ({"repo": "a/b", "revision": "main", "revison": "x"}, "unknown key"),
-    ({"url": "ftp://mirror/x"}, "must be an http(s) URL"),
+    ({"url": "ftp://model_mirror/x"}, "must be an http(s) URL"),
     ({"path": "models/x"}, "absolute path"),
     ({"repo": "a/b", "revision": "main", "gated": "yes"}, "gated must be true or false"),
     ({"url": "http://m/x", "name": "../x"}, "plain directory name"),
@@ -62,57 +61,26 @@ def test_a_manifest_needs_sizes_sha256_and_a_revision() -> None:
             ms.parse_manifest(bad, "m")
 
 
-class _Files(BaseHTTPRequestHandler):
-    files: ClassVar[dict[str, bytes]] = {}
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def do_GET(self) -> None:
-        data = self.files.get(self.path)
-        if data is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-@pytest.fixture
-def mirror() -> Iterator[str]:
-    config = GPT_OSS.read_bytes()
-    weights = b"\x01" * 1000
-    manifest = {"revision": "r7", "files": [
-        {"path": "config.json", "size": len(config), "sha256": hashlib.sha256(config).hexdigest()},
-        {"path": "model.safetensors", "size": len(weights), "sha256": hashlib.sha256(weights).hexdigest()}]}
-    _Files.files = {"/m/gpt-oss-20b/manifest.json": json.dumps(manifest).encode(), "/m/gpt-oss-20b/config.json": config}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Files)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/m/gpt-oss-20b"
-    server.shutdown()
-
-
-def test_a_mirror_is_read_into_the_cache_and_offline_plans_from_it(mirror: str, tmp_path: Path) -> None:
+def test_a_mirror_is_read_into_the_cache_and_offline_plans_from_it(model_mirror: str, tmp_path: Path) -> None:
     cache = str(tmp_path / "cache")
-    online = ms.resolve({"url": mirror}, cache_dir=cache, offline=False)
+    online = ms.resolve({"url": model_mirror}, cache_dir=cache, offline=False)
     assert online.manifest["revision"] == "r7" and ms.total_bytes(online.manifest) == GPT_OSS.stat().st_size + 1000
     assert (Path(online.directory) / "config.json").read_bytes() == GPT_OSS.read_bytes()
     assert not (Path(online.directory) / "model.safetensors").exists(), "the controller reads only the small files"
-    assert [f["url"] for f in ms.file_urls(online.ref, online.manifest)] == [f"{mirror}/config.json",
-                                                                              f"{mirror}/model.safetensors"]
-    offline = ms.resolve({"url": mirror}, cache_dir=cache, offline=True)
+    urls = [f["url"] for f in ms.file_urls(online.ref, online.manifest)]
+    assert urls == [f"{model_mirror}/config.json", f"{model_mirror}/model.safetensors"]
+    offline = ms.resolve({"url": model_mirror}, cache_dir=cache, offline=True)
     assert offline.directory == online.directory and offline.note.startswith("offline: planned from the controller cache")
     with pytest.raises(ms.ModelSourceError, match="is revision r7, the inventory pins r6"):
-        ms.resolve({"url": mirror, "revision": "r6"}, cache_dir=cache, offline=False)
+        ms.resolve({"url": model_mirror, "revision": "r6"}, cache_dir=cache, offline=False)
     with pytest.raises(ms.ModelSourceError, match="not in the controller cache"):
-        ms.resolve({"url": mirror + "-other"}, cache_dir=cache, offline=True)
+        ms.resolve({"url": model_mirror + "-other"}, cache_dir=cache, offline=True)
 
 
-def test_a_mirror_serving_a_config_that_differs_from_its_manifest_is_refused(mirror: str, tmp_path: Path) -> None:
-    _Files.files["/m/gpt-oss-20b/config.json"] = b"{}"
+def test_a_mirror_serving_a_config_that_differs_from_its_manifest_is_refused(model_mirror: str, tmp_path: Path) -> None:
+    MirrorFiles.files["/m/gpt-oss-20b/config.json"] = b"{}"
     with pytest.raises(ms.ModelSourceError, match="sha256 differs from the manifest"):
-        ms.resolve({"url": mirror}, cache_dir=str(tmp_path), offline=False)
+        ms.resolve({"url": model_mirror}, cache_dir=str(tmp_path), offline=False)
 
 
 def _hub_cache(base: Path) -> dict[str, str]:
@@ -139,7 +107,6 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_vllm_fleet_plan_model_org_name_offline_from_the_hub_cache(tmp_path: Path) -> None:
-    pytest.importorskip("huggingface_hub")
     sums = _hub_cache(tmp_path / "hub")
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "VLLM_FLEET_MODEL_CACHE": str(tmp_path / "vf")}
     gpu = ["--gpu", "NVIDIA H200", "--json"]
@@ -164,8 +131,9 @@ def test_vllm_fleet_plan_model_org_name_offline_from_the_hub_cache(tmp_path: Pat
     assert missing.returncode == 2 and "neither in the controller cache" in missing.stderr, missing.stderr
 
 
-def test_hub_files_get_the_urls_huggingface_hub_builds(tmp_path: Path) -> None:
-    hub = pytest.importorskip("huggingface_hub")
+def test_hub_files_get_the_urls_huggingface_hub_builds() -> None:
+    import huggingface_hub as hub  # the 'hub' extra, part of 'site' and 'dev': a missing install fails here
+
     ref = ms.parse_reference({"repo": "openai/gpt-oss-20b", "revision": COMMIT})
     urls = ms.file_urls(ref, {"revision": COMMIT, "files": [{"path": "config.json", "size": 1, "sha256": "a" * 64}]})
     assert urls[0]["url"] == hub.hf_hub_url("openai/gpt-oss-20b", "config.json", revision=COMMIT)

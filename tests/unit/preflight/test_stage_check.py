@@ -12,8 +12,6 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.staging
     margin_bytes,
 )
 
-from tests.unit.planner.test_model_source import mirror  # noqa: F401  (the fixture)
-
 ROOT = Path(__file__).resolve().parents[3]
 GIB = 1 << 30
 COMMIT = "6cee5e81ee83917806bbde320786a8fb61efebee"
@@ -67,10 +65,10 @@ def test_a_multi_node_group_needs_a_pinned_and_equal_revision() -> None:
 
 
 def test_preflight_plans_a_mirror_reference_from_the_cache_and_serves_the_staged_path(
-        mirror: str, tmp_path: Path) -> None:  # noqa: F811
+        model_mirror: str, tmp_path: Path) -> None:
     facts_dir = ROOT / "inventories" / "example" / "recorded_facts"
     hv = {"group_names": ["vllm_servers", "gpu_h200"], "vllm_fleet_vllm_version": "0.32.0",
-          "vllm_fleet_model": {"url": mirror}, "vllm_fleet_model_cache": str(tmp_path / "cache"),
+          "vllm_fleet_model": {"url": model_mirror}, "vllm_fleet_model_cache": str(tmp_path / "cache"),
           "vllm_fleet_model_root": "/data/models", "vllm_fleet_recorded_facts_dir": str(facts_dir)}
     state = _host_state("h200-01", hv, str(facts_dir), str(tmp_path / "artifacts"))
     assert state["model_error"] is None and state["model_dir"] == "/data/models/gpt-oss-20b"
@@ -80,7 +78,7 @@ def test_preflight_plans_a_mirror_reference_from_the_cache_and_serves_the_staged
     assert record["plan"]["engine_args"]["model"] == "/data/models/gpt-oss-20b"
     assert record["launch"]["model_dir"] == "/data/models/gpt-oss-20b"
     # The mirror gone and the cache empty: one line that names the host and the fix.
-    hv["vllm_fleet_model"] = {"url": mirror + "-gone"}
+    hv["vllm_fleet_model"] = {"url": model_mirror + "-gone"}
     gone = fleet_preflight({"h200-01": _host_state("h200-01", hv, str(facts_dir), str(tmp_path))}, recorded=True,
                            planning=True)
     assert any(e.startswith("h200-01: ") and "answered HTTP 404" in e for e in gone["errors"]), gone["errors"]
