@@ -5,8 +5,9 @@ generated model - the project's tiny model (plugins/module_utils/tiny_model.py) 
 seeded random bytes - and its manifest (sizes + sha256). Three container hosts (vf-stage-a/b/c, the project's
 debootstrap image vllm-fleet/debian:bookworm, host network, Ansible's docker connection) stage it:
 
-- the first transfer of the weights is cut after 1 MiB on every host: the run fails saying so, the next run
-  resumes with ``Range: bytes=1048576-`` (seen in the server's log) and verifies the sha256;
+- hosts stage in batches of 2: the first transfer of the weights is cut after 1 MiB, the first batch fails saying
+  so and the third host is not started; the next run resumes the two with ``Range: bytes=1048576-`` (seen in the
+  server's log), downloads the third whole, and verifies every sha256;
 - a second run is ``changed=0``; ``--check --diff`` of a new revision shows the files and bytes it would
   download and writes nothing;
 - a revision whose weights were corrupted on the mirror is refused (the symlink keeps the old revision);
@@ -189,18 +190,23 @@ def test_stage_resume_verify_idempotent_check_corrupt_prune_disk(lab: Lab) -> No
     assert rc != 0, out[-3000:]
     assert "the transfer was interrupted after 1048576 of 4194304 bytes" in out, out[-3000:]
     assert all(_current(h) == "" for h in HOSTS), "nothing may be switched into place after an interrupted run"
-    for host in HOSTS:
+    # Batches of 2 (vllm_fleet_stage_batch): the first batch failed, so the third host was never started.
+    for host in HOSTS[:2]:
         size = on_host(host, "stat -c %s /srv/models/.revisions/tiny/r1/weights.bin.partial")
         assert size == str(CUT), (host, size)
+    assert on_host(HOSTS[2], "ls -A /srv/models 2>/dev/null") == ""
 
     # 2. The next run resumes with a Range request and verifies.
     lab.mirror.cut = set()
     lab.mirror.log.clear()
     rc, out = lab.run()
     assert rc == 0, out[-4000:]
+    # Batches of vllm_fleet_stage_batch=2 bound the hosts downloading at once: 3 hosts, 2 batches.
+    assert out.count("PLAY [Stage | Put the model on the hosts") == 2, out[-3000:]
     ranges = [r for m, p, r in lab.mirror.log if p == "/tiny/weights.bin" and m == "GET"]
-    assert ranges == [f"bytes={CUT}-"] * len(HOSTS), ranges
-    assert out.count(f"{WEIGHTS - CUT} bytes downloaded of {total} ({CUT} resumed)") == len(HOSTS), out
+    assert sorted(ranges) == ["", f"bytes={CUT}-", f"bytes={CUT}-"], ranges
+    assert out.count(f"{WEIGHTS - CUT} bytes downloaded of {total} ({CUT} resumed)") == 2, out
+    assert out.count(f"{total} bytes downloaded of {total} (0 resumed)") == 1, out
     for host in HOSTS:
         assert _current(host) == ".revisions/tiny/r1"
         digest = on_host(host, "sha256sum /srv/models/tiny/weights.bin").split()[0]
@@ -250,4 +256,4 @@ def test_stage_resume_verify_idempotent_check_corrupt_prune_disk(lab: Lab) -> No
     assert all(_current(h) == ".revisions/tiny/r2" for h in HOSTS)
     assert on_host(SMALL, "ls -A /srv/models") == ""
     print(f"\n[stage] {len(HOSTS)} hosts x {total} bytes from 127.0.0.1:{lab.port}: resumed run {first_seconds:.1f} s "
-          f"({CUT} bytes resumed per host); runs: {', '.join(f'{s:.1f}' for s in lab.seconds)} s")
+          f"({CUT} bytes resumed on 2 hosts); runs: {', '.join(f'{s:.1f}' for s in lab.seconds)} s")

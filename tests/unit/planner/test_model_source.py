@@ -1,4 +1,4 @@
-"""The model reference (planner/model_source.py): parsing, revision and token handling, the model_mirror's manifest, the
+"""The model reference (planner/model_source.py): parsing, revision and token handling, the mirror's manifest, the
 controller cache and offline mode; and the Hub path through huggingface_hub against a pre-populated Hub cache."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_a_hub_reference_needs_a_revision_and_a_branch_warns() -> None:
     ({"repo": "gpt-oss-20b", "revision": "main"}, "must be a Hub repository 'org/name'"),
     ({"repo": "a/b", "url": "http://x/y", "revision": "main"}, "give exactly one source"),
     ({"repo": "a/b", "revision": "main", "revison": "x"}, "unknown key"),
-    ({"url": "ftp://model_mirror/x"}, "must be an http(s) URL"),
+    ({"url": "ftp://mirror/x"}, "must be an http(s) URL"),
     ({"path": "models/x"}, "absolute path"),
     ({"repo": "a/b", "revision": "main", "gated": "yes"}, "gated must be true or false"),
     ({"url": "http://m/x", "name": "../x"}, "plain directory name"),
