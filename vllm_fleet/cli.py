@@ -1,6 +1,6 @@
 """``vllm-fleet``: the planner on the command line.
 
-    vllm-fleet plan --model DIR_OR_CONFIG_JSON [--gpu NAME --gpu-count N | --facts FACTS.json] [...]
+    vllm-fleet plan --model DIR_OR_CONFIG_JSON|ORG/NAME|MIRROR_URL [--revision REV] [--gpu NAME --gpu-count N | --facts FACTS.json] [...]
     vllm-fleet calibrate OBSERVATIONS.jsonl --models MODEL_CONFIGS.json
 
 Errors are one line on stderr with exit code 2 (no traceback).
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shlex
 import sys
 from typing import Any
@@ -19,6 +21,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_fil
     ModelFilesError,
     load_facts,
     plan_for_model,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import (
+    ModelSourceError,
+    parse_reference,
+    reference_warnings,
+    resolve,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.options import CLI_FLAGS, OPTIONS
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
@@ -55,7 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
             f"than {NEWEST_VERIFIED_VERSION}, the newest release whose rules were read from its source)."
         ),
     )
-    p.add_argument("--model", required=True, help="model directory or its config.json (Hugging Face format)")
+    p.add_argument("--model", required=True,
+                   help="model directory or its config.json (Hugging Face format), a Hub repository org/name "
+                        "(with --revision; HF_TOKEN, HF_ENDPOINT apply), or a mirror URL serving manifest.json")
+    p.add_argument("--revision", help="Hub commit hash (a branch is accepted with a warning); default main")
+    p.add_argument("--model-cache", help="controller cache for the small files read (default ~/.cache/vllm-fleet/"
+                                         "models); offline (VLLM_FLEET_OFFLINE=1 or HF_HUB_OFFLINE=1) it is read")
     hw = p.add_argument_group("hardware (shorthand, or --facts)")
     hw.add_argument("--gpu", help='GPU name as nvidia-smi prints it, e.g. "NVIDIA H100 80GB HBM3"')
     hw.add_argument("--gpu-count", type=int, help="GPUs on the host (default 1 with --gpu)")
@@ -160,9 +173,27 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
     policy = {"max_nodes": args.max_nodes, "co_located_mib": args.co_located_mib,
               "instances_per_gpu": args.instances_per_gpu, "safety_margin_mib": args.safety_margin_mib,
               "offline": args.offline, "kv_cache_policy": args.kv_cache_policy}
-    return plan_for_model(_facts(args), args.model, profile=profile, vllm_version=args.vllm_version,
+    return plan_for_model(_facts(args), _model(args), profile=profile, vllm_version=args.vllm_version,
                           engine_args=engine_args, policy={k: v for k, v in policy.items() if v is not None},
                           extra_args=args.extra_arg)
+
+
+def _model(args: argparse.Namespace) -> str:
+    """The model directory to plan from: a path as given, or a Hub/mirror reference read into the cache."""
+    model = str(args.model)
+    reference = model.startswith(("http://", "https://")) or re.match(r"^[\w.-]+/[\w.-]+$", model)
+    if os.path.exists(os.path.expanduser(model)) or not reference:
+        if args.revision:
+            raise ModelSourceError("--revision is for a Hub repository org/name, not a local model directory")
+        return model
+    ref: dict[str, Any] = {"url": model} if "://" in model else {"repo": model, "revision": args.revision or "main"}
+    if args.revision and "url" in ref:
+        ref["revision"] = args.revision
+    parsed = parse_reference(ref)
+    resolved = resolve(parsed, cache_dir=args.model_cache, token=os.environ.get("HF_TOKEN") or None)
+    for line in [*reference_warnings(parsed), resolved.note]:
+        print(f"vllm-fleet plan: {line}", file=sys.stderr)
+    return resolved.directory
 
 
 def _bar(memory: dict[str, float], width: int = 50) -> list[str]:
@@ -269,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(format_table(results))
         return 0
-    except (PlanError, ModelFilesError) as exc:
+    except (PlanError, ModelFilesError, ModelSourceError) as exc:
         print(f"vllm-fleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except (OSError, json.JSONDecodeError) as exc:

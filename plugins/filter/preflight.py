@@ -14,11 +14,16 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import (
+    ModelSourceError,
+    is_reference,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import fleet as ff
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import record as fl
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight import report as fr
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.inputs import sku_groups
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.machines import port_variables
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.staging import resolve_for_host
 
 # ---- checks ---------------------------------------------------------------------------------------
 
@@ -111,11 +116,19 @@ def _host_state(name: str, hv: Any, recorded_dir: str | None, artifacts_dir: str
             variables[port_name] = hv[port_name]
     variables = _data(variables)
     model = variables.get("vllm_fleet_model")
-    model_dir, exists = "", False
+    model_dir, exists, model_error, model_note = "", False, None, None
     if isinstance(model, str) and model.strip():
         path = os.path.realpath(os.path.expanduser(model))
         exists = os.path.exists(path)
         model_dir = os.path.dirname(path) if os.path.isfile(path) else path
+    elif is_reference(model):
+        try:
+            staged = resolve_for_host(variables)
+            variables["vllm_fleet_model"] = staged["directory"]
+            variables.setdefault("vllm_fleet_served_model_path", staged["host_path"])
+            model_dir, exists, model_note = staged["host_path"], True, staged["source"]["note"]
+        except ModelSourceError as exc:
+            model_error = f"{exc}"
     elif isinstance(model, Mapping):
         exists = True
     facts: Any = None
@@ -146,7 +159,7 @@ def _host_state(name: str, hv: Any, recorded_dir: str | None, artifacts_dir: str
             feedback = None
     return {"vars": variables, "groups": [str(g) for g in hv["group_names"]], "facts": facts, "network": network,
             "facts_error": facts_error, "address": str(hv.get("ansible_host", name)), "model_dir": model_dir,
-            "model_exists": exists, "feedback": feedback}
+            "model_exists": exists, "feedback": feedback, "model_error": model_error, "model_note": model_note}
 
 
 def fleet_preflight(names: Sequence[str], hostvars: Any, lb_names: Sequence[str] | None = None,

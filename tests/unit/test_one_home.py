@@ -36,6 +36,8 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"QUANT_MIN_CC", "_OVERRIDES"}): "minimum compute capability vs the kernels that override a method",
     frozenset({"ROCM_QUANTIZATION", "_OVERRIDES"}): "ROCm's method list vs the kernels that override a method",
     frozenset({"KNOWN_METHODS", "_OVERRIDES"}): "methods the planner sizes vs the kernels that override a method",
+    frozenset({"FILENAMES", "SMALL_FILES"}): "the files the tiny model writes vs the small files the controller reads "
+                                             "from a model source to plan",
     frozenset({"ALLOWED_RANKS", "SUPPORTED_HEAD_DIMS"}): "vLLM's LoRA ranks vs the tiny model's attention head sizes",
     frozenset({"ALLOWED_RANKS", "TP_SIZES"}): "vLLM's LoRA ranks vs the tensor-parallel sizes the planner tries",
     frozenset({"ALLOWED_RANKS", "CPU_ATTENTION_HEAD_SIZES"}): "vLLM's LoRA ranks vs the CPU backend's head sizes",

@@ -129,7 +129,12 @@ def fleet_preflight(
             errors.append(unexpected(host, "checking its variables", exc))
             continue
         model = variables.get("vllm_fleet_model")
-        if isinstance(model, str) and model.strip() and not state.get("model_exists"):
+        note = str(state.get("model_note") or "")
+        if state.get("model_error"):
+            errors.append(f"{host}: {state['model_error']}")
+        elif note.startswith("offline"):
+            warnings.append(f"{host}: {note}")
+        elif isinstance(model, str) and model.strip() and not state.get("model_exists"):
             errors.append(f"{host}: model path {model} does not exist on the controller: set vllm_fleet_model "
                           "to a model directory or its config.json")
         if recorded and state.get("facts") is None and not state.get("facts_error"):

@@ -99,6 +99,13 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_rollout_max_fail_percentage": "any",
     # Read by playbooks/deploy.yml (secrets reach vLLM as HF_TOKEN; plan feedback).
     "vllm_fleet_hf_token": "secret",
+    # A model reference (plugin_utils/planner/model_source.py) and its staging (playbooks/stage.yml).
+    "vllm_fleet_model_root": "str",
+    "vllm_fleet_model_cache": "str",
+    "vllm_fleet_offline": "bool",
+    "vllm_fleet_model_keep": "any",
+    "vllm_fleet_stage_batch": "any",
+    "vllm_fleet_stage_rate_bytes": "any",
     "vllm_fleet_feedback_dir": "str",
     "vllm_fleet_feedback_tolerance": "any",
     # Facts preflight itself sets (allowed to exist on a re-run inside one ansible-playbook process).
