@@ -147,9 +147,10 @@ import os
 import shutil
 import time
 import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import SSLValidationError, open_url
 
 MARKER = ".vllm-fleet-verified"
 CHUNK = 1 << 20
@@ -246,13 +247,12 @@ class Stager:
             headers = dict(self.params["headers"] or {})
             if have:
                 headers["Range"] = f"bytes={have}-"
-            request = urllib.request.Request(str(entry["url"]), headers=headers)
             try:
-                response = urllib.request.urlopen(request, timeout=self.params["timeout"])
+                response = open_url(str(entry["url"]), headers=headers, timeout=self.params["timeout"])
             except urllib.error.HTTPError as exc:
                 self._fail(f"{entry['path']}: the source answered HTTP {exc.code} for {entry['url']}"
                            + (" (a gated model needs vllm_fleet_hf_token)" if exc.code in (401, 403) else ""))
-            except (urllib.error.URLError, OSError) as exc:
+            except (urllib.error.URLError, OSError, UrlConnectionError, SSLValidationError) as exc:
                 self._fail(f"{entry['path']}: cannot reach {entry['url']}: {getattr(exc, 'reason', exc)}")
             with response:
                 if have and response.status != 206:  # the server ignored Range: start again
@@ -382,13 +382,13 @@ class Stager:
         self.module.exit_json(**result)
 
     def probe(self, url):
-        request = urllib.request.Request(url, headers=dict(self.params["headers"] or {}), method="HEAD")
         try:
-            with urllib.request.urlopen(request, timeout=self.params["timeout"]):
+            headers = dict(self.params["headers"] or {})
+            with open_url(url, headers=headers, method="HEAD", timeout=self.params["timeout"]):
                 return True, ""
         except urllib.error.HTTPError as exc:
             return False, f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, UrlConnectionError, SSLValidationError) as exc:
             return False, str(getattr(exc, "reason", exc))
 
 

@@ -279,8 +279,8 @@ def working_layouts(spec: ModelSpec, quant: Quantization | None, max_tp: int, ep
 def _fixes(spec: ModelSpec, quant: Quantization | None, max_tp: int, ep: bool | None, dp: int, version: Version,
            at_tp: int | None) -> list[str]:
     fixes: list[str] = []
-    if at_tp is not None and spec.is_moe and ep is not True and not shape_violations(spec, quant, at_tp, True, dp,
-                                                                                      version):
+    ep_may_fix = at_tp is not None and spec.is_moe and ep is not True
+    if ep_may_fix and not shape_violations(spec, quant, at_tp or 1, True, dp, version):
         fixes.append("enable_expert_parallel: true")
     for tp in (1, 2, 4, 8, 16, 32, 64):
         if tp > max_tp or tp == at_tp:

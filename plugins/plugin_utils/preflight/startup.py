@@ -93,8 +93,8 @@ def _text(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _is_moe(config: Mapping[str, Any]) -> bool:
     cfg = _text(config)
-    return any((_int(cfg.get(key)) or 0) > 0 for key in ("num_local_experts", "num_experts", "n_routed_experts",
-                                                             "moe_num_experts"))
+    keys = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    return any((_int(cfg.get(key)) or 0) > 0 for key in keys)
 
 
 def _derived_len(config: Mapping[str, Any]) -> int | None:

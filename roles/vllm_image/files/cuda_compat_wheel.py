@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: (c) 2026, vllm-fleet contributors
 # Apache-2.0 (see galaxy.yml)
 """Pack NVIDIA's cuda-compat libraries (an operator-provided folder) into a wheel for the image's wheelhouse.

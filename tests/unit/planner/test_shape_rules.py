@@ -96,8 +96,8 @@ def test_awq_group_rule_on_row_parallel_shards() -> None:
 
 def test_heads_rules_are_the_ones_the_planner_already_enforced() -> None:
     spec = _spec(model("qwen3-14b"))  # 40 heads, 8 KV heads
-    assert S.shape_violations(spec, tp=3)[0].message == ("Total number of attention heads (40) must be divisible by "
-                                                        "tensor parallel size (3).")
+    assert S.shape_violations(spec, tp=3)[0].message == (
+        "Total number of attention heads (40) must be divisible by tensor parallel size (3).")
     assert S.shape_violations(spec, tp=8) == []
 
 
