@@ -108,11 +108,6 @@ class FixLab:
         return cfg
 
 
-#: Controller-side writes of the plan's records: the only tasks a run after a learned correction may change once.
-CONTROLLER_FILES = {"Preflight | Write the launch records (plans.json) and the fleet plan report",
-                    "Write the host's feedback report", "Refresh the fleet plan report with the feedback"}
-
-
 def _changed_tasks(out: str) -> list[str]:
     """The names of the tasks that reported changed in an ansible-playbook output."""
     names: list[str] = []
@@ -193,11 +188,9 @@ def test_a_start_vllm_refuses_is_re_planned_and_serves(fixlab: FixLab) -> None:
     counts = recap(second.stdout)
     changed = _changed_tasks(second.stdout)
     _figure("second_run", {"seconds": round(seconds2, 1), "recap": counts, "changed_tasks": changed})
-    # Nothing on the host changes; only the controller's records of the plan, which now holds the learned value
-    # (the launch records and report, and the feedback report that compares vLLM with that plan).
-    assert set(changed) <= CONTROLLER_FILES, second.stdout[-4000:]
-    third = fixlab.play()[0]
-    assert third.returncode == 0 and recap(third.stdout)[fixlab.host]["changed"] == 0, third.stdout[-4000:]
+    # The first run already wrote the launch records, the report and the feedback with the learned value (deploy.yml
+    # plans the fleet again after a corrected start, as this preflight did): the second run changes nothing.
+    assert counts[host]["changed"] == 0 and not changed, second.stdout[-4000:]
 
 
 @pytest.mark.parametrize("fixlab", [False], indirect=True)

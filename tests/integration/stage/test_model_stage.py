@@ -21,6 +21,7 @@ proven by the fleet lab (tests/integration/deploy), where the stage play runs an
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -37,13 +38,18 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.tiny_model import build_tiny_model
 
 from tests.integration._helpers import docker, free_port
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
+# The project's tiny model, read from its file: the installed package maps plugin_utils, not module_utils.
+_SPEC = importlib.util.spec_from_file_location("_vf_tiny_model", ROOT / "plugins" / "module_utils" / "tiny_model.py")
+assert _SPEC is not None and _SPEC.loader is not None
+_TINY = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_TINY)
+build_tiny_model = _TINY.build_tiny_model
 BIN = ROOT / ".venv" / "bin"
 IMAGE = os.environ.get("VLLM_FLEET_BASE_IMAGE", "vllm-fleet/debian:bookworm")
 HOSTS = ("vf-stage-a", "vf-stage-b", "vf-stage-c")
