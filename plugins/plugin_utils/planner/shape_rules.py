@@ -300,7 +300,8 @@ def refusal(spec: ModelSpec, quant: Quantization | None, tp: int, ep: bool, dp: 
         return None
     layout = f"--tensor-parallel-size {tp}" + (" with --enable-expert-parallel" if ep else
                                                " without expert parallelism" if spec.is_moe else "")
-    fixes = _fixes(spec, quant, max_tp, True if ep else None, dp, version, tp)
+    # Other TP sizes keep the EP setting of the refused layout (EP on is offered first, as its own fix).
+    fixes = _fixes(spec, quant, max_tp, ep, dp, version, tp)
     fix = " or ".join(fixes) if fixes else "no layout of this host passes; use a checkpoint of another format"
     return (f"{layout} breaks vLLM {_release(version).version}'s load-time shape rule: vLLM stops with "
             f"\"{found[0].message}\" ({found[0].layer}; {found[0].source}); layouts that work: {fix}")

@@ -112,7 +112,8 @@ def test_pinned_layout_refused_in_the_plan_with_vllms_words_and_what_works() -> 
     text = str(err.value)
     assert "vLLM stops with \"The output_size of gate's and up's weight = 48 is not divisible by weight quantization " \
         "block_n = 128.\"" in text
-    assert "layouts that work: enable_expert_parallel: true" in text
+    assert "layouts that work: enable_expert_parallel: true or tensor_parallel_size 1 or tensor_parallel_size 2" in text
+    assert "tensor_parallel_size 8" not in text  # 1536 / 64 = 24 with EP off: the alternatives keep the pinned EP
 
 
 def test_unpinned_plan_never_picks_a_refused_layout() -> None:
