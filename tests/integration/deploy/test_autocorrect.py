@@ -1,14 +1,16 @@
-"""A start that corrects itself, through the real site.yml on the CPU lane (issue 30, item 4).
+"""A start that corrects itself, through the real site.yml on the CPU lane (issue 30, items 2 and 4).
 
-One inventory host (vf-fix-a, local connection, port 18710, traffic on 127.0.0.1) serves a copy of the tiny
-model whose ``max_position_embeddings`` (and tokenizer ``model_max_length``) is 2,097,152. The plan gives vLLM 2 GiB of KV (``cpu_kv_cache_gib``) and
-that length; the inventory also pins ``VLLM_CPU_KVCACHE_SPACE=1`` in ``vllm_fleet_env``, the legacy variable that
-vLLM 0.32 applies over ``--kv-cache-memory-bytes`` (docs/notes/cpu-kv-sizing.md section 1). So vLLM's CPU build
-has 1 GiB, cannot fit one request of the planned length and refuses to start ("To serve at least one request
-... the estimated maximum model length is N"). The role reads that message, re-plans the host with
-``max-model-len`` N, starts again, passes the health gate and keeps the correction; the next preflight plans N
-itself ("learned on vf-fix-a"). With ``vllm_fleet_autocorrect: false`` the same inventory stops the replica and
-fails with the proposed fix printed.
+One inventory host (vf-fix-a, local connection, port 18710, traffic on 127.0.0.1; with autocorrect on, its twin
+vf-fix-a2 on 18712 in the same SKU group, rolled after it) serves a copy of the tiny model whose
+``max_position_embeddings`` (and tokenizer ``model_max_length``) is 2,097,152. The plan gives vLLM 2 GiB of KV
+(``cpu_kv_cache_gib``) and that length; the inventory also pins ``VLLM_CPU_KVCACHE_SPACE=1`` in ``vllm_fleet_env``,
+the legacy variable that vLLM 0.32 applies over ``--kv-cache-memory-bytes`` (docs/notes/cpu-kv-sizing.md section 1).
+So vLLM's CPU build has 1 GiB, cannot fit one request of the planned length and refuses to start ("To serve at
+least one request ... the estimated maximum model length is N"). The role reads that message, re-plans the host
+with ``max-model-len`` N, starts again, passes the health gate and keeps the correction; the next preflight plans N
+itself ("learned on vf-fix-a"). The twin, rolled in the batch after the canary, starts with the correction at once
+(the rollout plans the fleet again after a corrected start): one failed start in the run, not one per host. With
+``vllm_fleet_autocorrect: false`` the same inventory stops the replica and fails with the proposed fix printed.
 
 Figures (first start failed in N s, corrected start ready in M s) go to artifacts/deploy/autocorrect.json.
 """
@@ -37,6 +39,8 @@ pytestmark = pytest.mark.integration
 
 #: The autocorrect-on and -off labs: their own container names and ports (they may run side by side).
 HOSTS = {True: ("vf-fix-a", 18710), False: ("vf-fix-b", 18711)}
+#: The autocorrect lab's second host: the same SKU group, model and vLLM version, rolled in the batch after the canary.
+TWIN = ("vf-fix-a2", 18712)
 LONG = 2_097_152
 FIGURES = ROOT / "artifacts" / "deploy" / "autocorrect.json"
 
@@ -67,10 +71,14 @@ class FixLab:
         (model / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2))
         local = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV / "python")}
         core = "1" if autocorrect else "0"  # side by side, each lab's vLLM on its own core
-        variables = dict(local, vllm_serve_port=port, vllm_serve_container_name=name,
-                         vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": core, "VLLM_CPU_KVCACHE_SPACE": "1"})
+        env = {"VLLM_CPU_OMP_THREADS_BIND": core, "VLLM_CPU_KVCACHE_SPACE": "1"}
+        hosts = {name: dict(local, vllm_serve_port=port, vllm_serve_container_name=name, vllm_fleet_env=env)}
+        if autocorrect:  # the twin would fail the same way: the canary's correction must reach it before it starts
+            hosts[TWIN[0]] = dict(local, vllm_serve_port=TWIN[1], vllm_serve_container_name=TWIN[0],
+                                  vllm_fleet_env=dict(env, VLLM_CPU_OMP_THREADS_BIND="0"))
+        self.hosts = list(hosts)
         inventory = {"all": {"children": {
-            "vllm_servers": {"hosts": {name: variables}, "children": {"cpu_lane": {"hosts": {name: None}}}},
+            "vllm_servers": {"hosts": hosts, "children": {"cpu_lane": {"hosts": dict.fromkeys(hosts)}}},
             "vllm_lb": {"hosts": {}},
         }}}
         self.inventory = workdir / "inventory"
@@ -103,8 +111,8 @@ class FixLab:
         result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
         return result, time.monotonic() - start
 
-    def engine_config(self) -> dict[str, Any]:
-        cfg: dict[str, Any] = yaml.safe_load((self.workdir / "serve" / f"{self.host}.yaml").read_text())
+    def engine_config(self, host: str | None = None) -> dict[str, Any]:
+        cfg: dict[str, Any] = yaml.safe_load((self.workdir / "serve" / f"{host or self.host}.yaml").read_text())
         return cfg
 
 
@@ -135,11 +143,13 @@ def _rm(host: str) -> None:
 def fixlab(request: pytest.FixtureRequest) -> Iterator[FixLab]:
     if not (MODEL_DIR / "config.json").exists() or not (ROOT / ".cache" / "vllm-image-ref").exists():
         pytest.fail("the test bed is not up: run `make testbed` (needs .cache/vllm-image-ref and .cache/tiny-model)")
-    host = HOSTS[request.param][0]
-    _rm(host)
+    names = [HOSTS[request.param][0], *([TWIN[0]] if request.param else [])]
+    for host in names:
+        _rm(host)
     workdir = Path(tempfile.mkdtemp(prefix="vf-fix-", dir="/tmp"))
     yield FixLab(workdir, autocorrect=request.param)
-    _rm(host)
+    for host in names:
+        _rm(host)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -175,22 +185,35 @@ def test_a_start_vllm_refuses_is_re_planned_and_serves(fixlab: FixLab) -> None:
     _figure("corrected_start_ready_after_s", round(ready_at - _ts(inspect(host)["State"]["StartedAt"]), 1))
     _figure("first_run_s", round(seconds, 1))
     _figure("correction", said.group(1))
+    # The twin (same SKU group, model, version; the batch after the canary) started with the canary's correction:
+    # one failed start in the whole run, none on the twin, and it serves.
+    twin, twin_port = TWIN
+    assert f"on {twin}: first start failed" not in out and f"on {host}: first start failed" in out, out[-6000:]
+    assert fixlab.engine_config(twin)["max-model-len"] == fitted
+    assert inspect(twin)["RestartCount"] == 0 and inspect(twin)["State"]["Running"]
+    twin_logs = subprocess.run(["docker", "logs", twin], capture_output=True, text=True, check=False)
+    assert "To serve at least one request" not in twin_logs.stdout + twin_logs.stderr
+    req = urllib.request.Request(f"http://127.0.0.1:{twin_port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.status == 200 and json.loads(resp.read())["choices"]
 
-    started = inspect(host)["State"]["StartedAt"]
+    started = {name: inspect(name)["State"]["StartedAt"] for name in fixlab.hosts}
     second, seconds2 = fixlab.play()
     assert second.returncode == 0, second.stdout[-6000:]
     # The next preflight plans the learned length itself and says where it came from.
     records = json.loads((fixlab.artifacts / "fleet-plan" / "plans.json").read_text())
-    plan = records[host]["plan"] if "plan" in records[host] else records[host]
-    assert plan["engine_args"]["max-model-len"] == fitted
-    assert plan["reasons"]["max-model-len"].startswith(f"learned on {host}")
-    assert inspect(host)["State"]["StartedAt"] == started, "the second run restarted the corrected replica"
+    for name in fixlab.hosts:
+        plan = records[name]["plan"] if "plan" in records[name] else records[name]
+        assert plan["engine_args"]["max-model-len"] == fitted
+        assert plan["reasons"]["max-model-len"].startswith(f"learned on {host}")
+        assert inspect(name)["State"]["StartedAt"] == started[name], f"the second run restarted {name}"
     counts = recap(second.stdout)
     changed = _changed_tasks(second.stdout)
     _figure("second_run", {"seconds": round(seconds2, 1), "recap": counts, "changed_tasks": changed})
     # The first run already wrote the launch records, the report and the feedback with the learned value (deploy.yml
     # plans the fleet again after a corrected start, as this preflight did): the second run changes nothing.
-    assert counts[host]["changed"] == 0 and not changed, second.stdout[-4000:]
+    assert all(counts[name]["changed"] == 0 for name in fixlab.hosts) and not changed, second.stdout[-4000:]
 
 
 @pytest.mark.parametrize("fixlab", [False], indirect=True)
