@@ -91,6 +91,22 @@ def with_learned(inputs: Mapping[str, dict[str, Any]], files: Iterable[Mapping[s
     return out
 
 
+def twin_drift(inputs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A warning per host whose last start logged much less KV than its identical twins (same SKU group, model and
+    vLLM version: the same plan), from each host's last plan feedback (``observed.kv_cache_gib``): a host problem,
+    not a plan problem (``observe/learned.py`` ``drift``)."""
+    store: dict[str, Any] = {}
+    for host, item in inputs.items():
+        fb = item.get("feedback")
+        observed = fb.get("observed") if isinstance(fb, Mapping) else None
+        kv = observed.get("kv_cache_gib") if isinstance(observed, Mapping) else None
+        if not isinstance(kv, (int, float)) or isinstance(kv, bool):
+            continue
+        entry = store.setdefault(learned.key_for_input(item), {"hosts": {}, "correction": None})
+        entry["hosts"][host] = {"kv_gib": float(kv)}
+    return [f"{flag['host']}: {flag['message']}" for at in sorted(store) for flag in learned.drift(store, at)]
+
+
 def fleet_preflight(
     hosts: Mapping[str, HostState],
     *,
@@ -181,5 +197,5 @@ def fleet_preflight(
     launched = fleet_launch(inputs, lbs, check_image=check_image, planning=planning)
     result.update(stage="plan" if launched["errors"] else "ok", errors=launched["errors"],
                   records=launched["records"], inputs=inputs)
-    result["warnings"] = warnings + list(launched.get("warnings") or [])
+    result["warnings"] = warnings + list(launched.get("warnings") or []) + twin_drift(inputs)
     return result

@@ -56,3 +56,43 @@ def test_another_model_or_version_learns_nothing() -> None:
     result = fleet_preflight({"b": _state()}, recorded=True, planning=True, learned_files=[other, {"bad": 1}])
     assert result["records"]["b"]["plan"]["engine_args"]["gpu-memory-utilization"] != 0.7
     assert "learned" not in result["inputs"]["b"]
+
+
+def _twin(name: str, **variables: Any) -> dict[str, Any]:
+    """An identical host that is another machine: its own GPU UUIDs (the same UUIDs would be one machine twice)."""
+    state = _state(**variables)
+    for gpu in state["facts"]["gpus"]:
+        gpu["uuid"] = f"{gpu['uuid']}-{name}"
+    state["address"] = f"{name}.example.invalid"
+    return state
+
+
+def _fed(kv_gib: float) -> dict[str, Any]:
+    """A host's last plan feedback as deploy.yml writes it (observe/feedback.py compare): only what drift reads."""
+    return {"observed": {"kv_cache_gib": kv_gib, "kv_cache_tokens": None}, "status": "ok"}
+
+
+def test_a_host_logging_much_less_kv_than_its_twins_is_a_host_problem() -> None:
+    """Three identical hosts (same SKU group, model, vLLM): one logged 20% less KV than the others' median at its last
+    start; preflight warns about that host only, and plans it as its twins (the plan is not at fault)."""
+    states = {name: _twin(name) for name in ("a", "b", "c")}
+    for name, kv in (("a", 40.0), ("b", 40.5), ("c", 32.0)):
+        states[name]["feedback"] = _fed(kv)
+    result = fleet_preflight(states, recorded=True, planning=True)
+    assert result["errors"] == [], result["errors"]
+    drift = [w for w in result["warnings"] if "identical twins" in w]
+    assert len(drift) == 1 and drift[0].startswith("c: c logged 32.00 GiB of KV, 20% below its identical twins"), drift
+    assert "a host problem" in drift[0]
+    plans = {name: result["records"][name]["plan"]["engine_args"] for name in states}
+    assert plans["a"] == plans["b"] == plans["c"]
+
+
+def test_twins_within_tolerance_or_on_another_model_are_not_flagged() -> None:
+    states = {name: _twin(name) for name in ("a", "b")}
+    states["a"]["feedback"], states["b"]["feedback"] = _fed(40.0), _fed(37.0)  # 7.5% below: within 10%
+    assert not [w for w in fleet_preflight(states, recorded=True, planning=True)["warnings"] if "twins" in w]
+    other = _twin("z", vllm_fleet_vllm_version="0.33.0")
+    other["feedback"] = _fed(20.0)  # much less, but not a twin: another vLLM version plans differently
+    states = {"a": _twin("a"), "z": other}
+    states["a"]["feedback"] = _fed(40.0)
+    assert not [w for w in fleet_preflight(states, recorded=True, planning=True)["warnings"] if "twins" in w]
