@@ -629,6 +629,9 @@ def _record_activation(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     d.note("activation", terms.describe())
     if mm is not None:
         d.note("multimodal-profile", mm.reason)
+    elif spec.multimodal:
+        d.note("multimodal-profile", "no rule for this vision tower's image size: a flat 256 MiB for the encoder "
+               "profile and encoder cache")
 
 
 def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:

@@ -28,6 +28,8 @@ from typing import Any
 QWEN_VL_DEFAULT_MAX_PIXELS = 12845056
 #: Qwen3-VL's preprocessor_config.json: size.longest_edge 16777216 (patch 16).
 QWEN3_VL_DEFAULT_MAX_PIXELS = 16777216
+#: Gemma 3's image tokens when config.json omits mm_tokens_per_image (transformers Gemma3Config default).
+GEMMA3_TOKENS_PER_IMAGE = 256
 #: LLaVA-NeXT's grids when config.json names none: transformers' LlavaNextConfig default (models/llava_next/
 #: configuration_llava_next.py, ``image_grid_pinpoints``), which vLLM reads through hf_config.
 LLAVA_NEXT_DEFAULT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
@@ -60,7 +62,9 @@ def parse_vision(outer: dict[str, Any]) -> VisionSpec | None:
     image = int(vision.get("image_size") or 0)
     merge = int(vision.get("spatial_merge_size") or 1)
     model_type = str(outer.get("model_type") or "")
-    fixed = int(outer.get("mm_tokens_per_image") or 0)
+    # Gemma 3: transformers' Gemma3Config default mm_tokens_per_image 256 (models/gemma3/configuration_gemma3.py)
+    # when the checkpoint's config.json leaves it out; vLLM reads hf_config (model_executor/models/gemma3_mm.py:709).
+    fixed = int(outer.get("mm_tokens_per_image") or (GEMMA3_TOKENS_PER_IMAGE if model_type == "gemma3" else 0))
     pinpoints: tuple[tuple[int, int], ...] = ()
     if model_type.startswith("qwen3") and merge > 1:
         family = "qwen3-vl"
@@ -140,8 +144,9 @@ def tokens_per_item(vision: VisionSpec, user: dict[str, Any]) -> tuple[int, int,
         tokens = pixels // (unit * unit)
         return tokens, tokens * vision.spatial_merge_size ** 2, f"max_pixels {pixels} // {unit}^2"
     per_tile = (vision.image_size // vision.patch_size) ** 2 if vision.image_size else 576
-    if vision.family == "fixed":
-        return vision.tokens_per_image, per_tile, f"mm_tokens_per_image {vision.tokens_per_image}"
+    if vision.family == "fixed":  # without image_size the tower's sequence is unknown: at least the image tokens
+        patches = per_tile if vision.image_size else vision.tokens_per_image
+        return vision.tokens_per_image, patches, f"mm_tokens_per_image {vision.tokens_per_image}"
     if vision.family == "tiles":
         return _anyres_tokens(vision, per_tile)
     return per_tile, per_tile + 1, f"({vision.image_size} / {vision.patch_size})^2 patches"
@@ -153,6 +158,8 @@ def multimodal_profile(vision: VisionSpec | None, user: dict[str, Any], text_hid
     setting (``limit_mm_per_prompt`` all zero) gives a profile with budget 0: vLLM skips both."""
     if vision is None:
         return None
+    if vision.family == "vit" and not vision.image_size:
+        return None  # no rule for this tower's image size: memory.MULTIMODAL_PROFILE_BYTES, flat
     limit = _image_limit(user)
     if limit == 0:
         return MultimodalProfile(0, 0, 0, 0, 0, 0, "limit_mm_per_prompt is all zero: vLLM skips the encoder profile "

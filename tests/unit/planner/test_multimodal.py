@@ -1,0 +1,108 @@
+"""The multimodal encoder profile and the activation terms (issue 26, items 4 and 5).
+
+Every config is a real published config.json already in the fixtures (their SOURCES name the repository and commit).
+The expected encoder budgets and item counts are the ones vLLM logged ("Encoder cache will be initialized with a
+budget of N tokens, and profiled with K <modality> items of the maximum feature size"):
+
+- llava-hf/llava-v1.6-mistral-7b-hf, vLLM 0.10.2, offline LLM (max_num_batched_tokens 16384): "encoder cache budget
+  16384 tokens, profiled with 5 max-size images" (tests/fixtures/calibration/vllm_startup_observations.jsonl,
+  case h100-llava-v16-mistral-7b-v0102-len4096, its source in the case).
+- Qwen3.5/3.6-family vision checkpoints (patch 16, merge 2; hybrid attention blocks of 1568/1600 tokens in the same
+  logs) served with max_num_batched_tokens 8192 ("compile range (1, 8192)"): "budget of 16384 tokens, and profiled
+  with 1 image items" in https://github.com/noonghunna/club-3090/issues/751 and
+  https://github.com/noonghunna/club-3090/issues/1047 (the threads name the checkpoints; the configs here are the
+  family's published Qwen3.5-27B and Qwen3.6-35B-A3B ones).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.memory import (
+    activation_bytes,
+    activation_terms,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import parse_model_config
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.multimodal import multimodal_profile
+
+from .planner_data import FIXTURES, facts
+
+CALIBRATION = json.loads((FIXTURES / "calibration" / "model_configs.json").read_text())
+ARCH = FIXTURES / "planner" / "architectures"
+
+
+def arch(name: str) -> dict[str, Any]:
+    return json.loads((ARCH / name / "config.json").read_text())
+
+
+def test_llava_next_profiles_five_max_size_images_in_a_16384_token_budget() -> None:
+    spec = parse_model_config(CALIBRATION["llava-hf/llava-v1.6-mistral-7b-hf"])
+    mm = multimodal_profile(spec.vision, {}, spec.hidden_size, 16384, 256, 4096, 2)
+    assert mm is not None
+    assert (mm.encoder_budget, mm.items_per_batch) == (16384, 5)  # the log's figures
+    assert mm.tokens_per_item == 2928  # anyres 672x672: 576 + 48 x 48 + 48 newlines (16384 // 2928 = 5)
+
+
+@pytest.mark.parametrize("name", ["qwen3.6-35b-a3b-nvfp4", "qwen3.5-27b"])
+def test_qwen3_vision_profiles_one_16384_token_image(name: str) -> None:
+    spec = parse_model_config(arch(name))
+    mm = multimodal_profile(spec.vision, {}, spec.hidden_size, 8192, 256, 32768, 2)
+    assert mm is not None
+    assert (mm.encoder_budget, mm.items_per_batch, mm.tokens_per_item) == (16384, 1, 16384)
+    assert mm.patches_per_item == 4 * 16384  # the 2x2 patch merger
+    # The tower's own forward over 65536 patches dwarfs the cached outputs.
+    assert mm.encoder_peak > 5 * mm.encoder_cache
+
+
+def test_max_pixels_in_mm_processor_kwargs_shrinks_the_profiled_image() -> None:
+    spec = parse_model_config(arch("qwen3.6-35b-a3b-nvfp4"))
+    default = multimodal_profile(spec.vision, {}, spec.hidden_size, 8192, 256, 32768, 2)
+    small = multimodal_profile(spec.vision, {"mm-processor-kwargs": {"max_pixels": 1048576}}, spec.hidden_size,
+                               8192, 256, 32768, 2)
+    assert default is not None and small is not None
+    assert small.tokens_per_item == 1048576 // (32 * 32)
+    assert small.items_per_batch == 8192 // 1024
+    assert small.encoder_peak < default.encoder_peak
+
+
+def test_text_only_setting_removes_the_encoder_profile_as_vllm_does() -> None:
+    spec = parse_model_config(arch("qwen3.6-35b-a3b-nvfp4"))
+    text_only = {"limit-mm-per-prompt": {"image": 0, "video": 0}}
+    mm = multimodal_profile(spec.vision, text_only, spec.hidden_size, 8192, 256, 32768, 2)
+    assert mm is not None and not mm.enabled
+    terms = activation_terms(spec, 1, 8192, 256, 2, mm=mm)
+    assert terms.encoder_peak == terms.encoder_cache == 0
+    with_images = activation_bytes(spec, 1, 8192, 256, 2, mm=multimodal_profile(
+        spec.vision, {}, spec.hidden_size, 8192, 256, 32768, 2))
+    assert with_images > terms.total
+
+
+def test_the_plan_says_which_and_text_only_frees_kv_cache() -> None:
+    gpu = facts("h100x8_nvswitch")
+    base = {"tensor_parallel_size": 1, "max_model_len": 32768}
+    default = plan(gpu, arch("qwen3.6-35b-a3b-nvfp4"), engine_args=base)
+    text = plan(gpu, arch("qwen3.6-35b-a3b-nvfp4"),
+                engine_args=dict(base, limit_mm_per_prompt={"image": 0, "video": 0}))
+    assert default["reasons"]["multimodal-profile"].startswith("encoder profile: 1 image x 16384 tokens")
+    assert "skips the encoder profile" in text["reasons"]["multimodal-profile"]
+    assert text["memory_gib"]["activation"] < default["memory_gib"]["activation"]
+    assert text["prediction"]["kv_cache_gib"] > default["prediction"]["kv_cache_gib"]
+    assert default["reasons"]["activation"].startswith("activation peak ")
+
+
+def test_activation_terms_add_up_and_each_term_moves_with_its_input() -> None:
+    dense = parse_model_config(CALIBRATION["Qwen/Qwen2-7B-Instruct"])
+    moe = parse_model_config(CALIBRATION["Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"])
+    t = activation_terms(moe, 8, 8192, 256, 2, expert_parallel=True, dp=2)
+    assert t.total == t.forward + t.moe_workspace + t.all2all + t.sampler + t.workspace
+    assert t.total == activation_bytes(moe, 8, 8192, 256, 2, expert_parallel=True, dp=2)
+    assert t.all2all == t.moe_workspace  # DP 2: the other rank's gathered rows, as many as this rank's
+    assert activation_terms(moe, 8, 8192, 256, 2, expert_parallel=True, dp=1).all2all == 0
+    d = activation_terms(dense, 1, 8192, 256, 2)
+    assert d.moe_workspace == d.all2all == 0
+    # The sampler: fp32 logits and one copy over min(max_num_seqs, tokens) rows of the vocabulary.
+    assert d.sampler == 256 * dense.vocab_size * 4 * 2
+    assert activation_terms(dense, 1, 8192, 512, 2).sampler == 2 * d.sampler
