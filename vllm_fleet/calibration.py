@@ -202,11 +202,12 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
 
 def component_errors(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
     """Per memory component, over the cases whose log gives it: (predicted - observed) / observed, its median
-    |error|, the worst (signed), the cases, the median error per vLLM minor release, and ``drift``: whether the
+    |error| (also in GiB: a small component's relative error is large), the worst (signed), the cases, the median error per vLLM minor release, and ``drift``: whether the
     median error moves between releases by more than DRIFT_THRESHOLD."""
     table: dict[str, dict[str, Any]] = {}
     for name, _obs, _pred in COMPONENTS:
         errors: list[float] = []
+        gib: list[float] = []
         by_version: dict[str, list[float]] = {}
         for r in results:
             if not r.components or name not in r.components:
@@ -214,12 +215,14 @@ def component_errors(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
             observed, predicted = r.components[name]
             error = (predicted - observed) / observed
             errors.append(error)
+            gib.append(predicted - observed)
             by_version.setdefault(".".join(r.version.split(".")[:2]), []).append(error)
         if not errors:
             continue
         medians = {v: statistics.median(e) for v, e in sorted(by_version.items(), key=lambda kv: parse_version(kv[0]))}
         spread = max(medians.values()) - min(medians.values())
         table[name] = {"cases": len(errors), "median_abs_error": statistics.median(abs(e) for e in errors),
+                       "median_abs_error_gib": round(statistics.median(abs(g) for g in gib), 3),
                        "worst_error": max(errors, key=abs), "by_version": medians,
                        "drift": len(medians) > 1 and spread > DRIFT_THRESHOLD}
     return table
@@ -227,11 +230,12 @@ def component_errors(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
 
 def format_component_table(results: list[CaseResult]) -> str:
     """The per-component error table (component, median |error|, worst, cases) and the version-drift flags."""
-    lines = [f"{'component':12} {'median |err|':>12} {'worst':>9} {'cases':>5}  median per vLLM release"]
+    lines = [f"{'component':12} {'median |err|':>12} {'GiB':>6} {'worst':>9} {'cases':>5}  median per vLLM release"]
     for name, f in component_errors(results).items():
         versions = ", ".join(f"{v} {m * 100:+.0f}%" for v, m in f["by_version"].items())
         flag = "  DRIFT: the error moves between releases" if f["drift"] else ""
-        lines.append(f"{name:12} {f['median_abs_error'] * 100:11.1f}% {f['worst_error'] * 100:+8.1f}% "
+        lines.append(f"{name:12} {f['median_abs_error'] * 100:11.1f}% {f['median_abs_error_gib']:6.2f} "
+                     f"{f['worst_error'] * 100:+8.1f}% "
                      f"{f['cases']:>5}  {versions}{flag}")
     return "\n".join(lines)
 
