@@ -196,7 +196,7 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     num_blocks_min: int | None = None
     limiting: tuple[Memory, KvLayout, LayerCounts] | None = None
     limiting_last = False
-    mm = (multimodal_profile(spec.vision, ctx.user, spec.hidden_size, tokens, seqs, max_model_len, prec.act_bytes)
+    mm = (multimodal_profile(spec.vision, ctx.user, spec.hidden_size, tokens, seqs, max_model_len, prec.act_bytes, tp)
           if spec.vision is not None else None)
     for s, count in enumerate(stage_layers(spec.num_layers, pp)):
         kinds = stage_counts[s]

@@ -621,7 +621,7 @@ def _record_activation(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     ctx = g.plan
     spec = ctx.spec
     mm = (multimodal_profile(spec.vision, ctx.user, spec.hidden_size, chosen.max_num_batched_tokens,
-                             chosen.max_num_seqs, chosen.max_model_len, ctx.precision.act_bytes)
+                             chosen.max_num_seqs, chosen.max_model_len, ctx.precision.act_bytes, chosen.tp)
           if spec.vision is not None else None)
     dp = g.dp if spec.is_moe else 1
     terms = activation_terms(spec, chosen.tp, chosen.max_num_batched_tokens, chosen.max_num_seqs,

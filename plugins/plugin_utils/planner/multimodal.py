@@ -153,7 +153,7 @@ def tokens_per_item(vision: VisionSpec, user: dict[str, Any]) -> tuple[int, int,
 
 
 def multimodal_profile(vision: VisionSpec | None, user: dict[str, Any], text_hidden: int, max_num_batched_tokens: int,
-                       max_num_seqs: int, max_model_len: int, act_bytes: int) -> MultimodalProfile | None:
+                       max_num_seqs: int, max_model_len: int, act_bytes: int, tp: int = 1) -> MultimodalProfile | None:
     """The encoder's dummy batch and encoder cache in vLLM's profile run; None for a text-only model. A text-only
     setting (``limit_mm_per_prompt`` all zero) gives a profile with budget 0: vLLM skips both."""
     if vision is None:
@@ -169,10 +169,12 @@ def multimodal_profile(vision: VisionSpec | None, user: dict[str, Any], text_hid
     budget = max(max_num_batched_tokens, tokens)
     per_prompt = max(1, min(limit or 999, max_model_len // max(tokens, 1)))
     items = max(1, min(budget // max(tokens, 1), max_num_seqs * per_prompt))
-    # The encoder's transient per patch: one block's qkv (3h), attention output and residual (2h) and the MLP
-    # (gate/up + activation: 2I) in the tower's dtype, over every patch of the batch (flash attention: no s^2 term).
+    # The encoder's transient per patch: one block's qkv (3h) and MLP (fc1 + activation: 2I), column-parallel over
+    # TP unless mm_encoder_tp_mode is "data" (0.32 model_executor/models/qwen3_vl.py:407-435, disable_tp), plus the
+    # attention output and residual (2h, whole), in the tower's dtype over every patch (flash attention: no s^2).
     vh, vi = vision.hidden_size, vision.intermediate_size
-    encoder_peak = items * patches * (5 * vh + 2 * vi) * act_bytes
+    shards = 1 if user.get("mm-encoder-tp-mode") == "data" else max(tp, 1)
+    encoder_peak = int(items * patches * ((3 * vh + 2 * vi) / shards + 2 * vh) * act_bytes)
     encoder_cache = items * tokens * text_hidden * act_bytes
     reason = (f"encoder profile: {items} image{'s' if items > 1 else ''} x {tokens} tokens ({how}; {patches} patches), "
               f"encoder budget {budget} tokens = max(max_num_batched_tokens, tokens per item); peak "

@@ -106,3 +106,13 @@ def test_activation_terms_add_up_and_each_term_moves_with_its_input() -> None:
     # The sampler: fp32 logits and one copy over min(max_num_seqs, tokens) rows of the vocabulary.
     assert d.sampler == 256 * dense.vocab_size * 4 * 2
     assert activation_terms(dense, 1, 8192, 512, 2).sampler == 2 * d.sampler
+
+
+def test_the_tower_is_split_by_tp_unless_the_encoder_runs_data_parallel() -> None:
+    spec = parse_model_config(arch("qwen3.5-27b"))
+    one = multimodal_profile(spec.vision, {}, spec.hidden_size, 8192, 256, 32768, 2, tp=1)
+    two = multimodal_profile(spec.vision, {}, spec.hidden_size, 8192, 256, 32768, 2, tp=2)
+    data = multimodal_profile(spec.vision, {"mm-encoder-tp-mode": "data"}, spec.hidden_size, 8192, 256, 32768, 2, tp=2)
+    assert one is not None and two is not None and data is not None
+    assert two.encoder_peak < one.encoder_peak == data.encoder_peak
+    assert two.encoder_cache == one.encoder_cache  # the outputs are whole on every rank
