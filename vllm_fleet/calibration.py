@@ -202,8 +202,9 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
 
 def component_errors(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
     """Per memory component, over the cases whose log gives it: (predicted - observed) / observed, its median
-    |error| (also in GiB: a small component's relative error is large), the worst (signed), the cases, the median error per vLLM minor release, and ``drift``: whether the
-    median error moves between releases by more than DRIFT_THRESHOLD."""
+    |error| (also in GiB: a small component's relative error is large), the worst (signed), the cases, the median
+    error per vLLM minor release, and ``drift``: whether the median error moves between releases by more than
+    DRIFT_THRESHOLD."""
     table: dict[str, dict[str, Any]] = {}
     for name, _obs, _pred in COMPONENTS:
         errors: list[float] = []
