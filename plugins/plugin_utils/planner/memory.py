@@ -116,7 +116,8 @@ class ActivationTerms:
 
 
 def activation_terms(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int,
-                     expert_parallel: bool = False, dp: int = 1, mm: MultimodalProfile | None = None) -> ActivationTerms:
+                     expert_parallel: bool = False, dp: int = 1,
+                     mm: MultimodalProfile | None = None) -> ActivationTerms:
     """Transient peak of vLLM's profile run, per component (dummy forward with max_num_batched_tokens tokens, then
     the sampler on min(max_num_seqs, tokens) rows of fp32 logits).
 

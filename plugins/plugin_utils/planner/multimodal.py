@@ -1,17 +1,18 @@
 """The multimodal profile: the vision encoder's dummy batch and the encoder cache in vLLM's profile run (issue 26, 4).
 
-vLLM 0.32 ``v1/worker/gpu_model_runner.py:6133-6205`` (0.33: :6072-6144, the same ``profile_run``) runs, before the text dummy
-forward, the encoder on ``mm_max_items_per_batch`` items of the modality with the most tokens per item, stores the
-outputs in ``encoder_cache`` (:6189-6190; 0.33 :6128-6129) and clears it only after the text forward and the
-sampler (:6205; 0.33 :6144): the
-torch peak is the larger of the encoder's own forward and the text forward, plus the cached encoder outputs.
+vLLM 0.32 ``v1/worker/gpu_model_runner.py:6133-6205`` (0.33: :6072-6144, the same ``profile_run``) runs, before
+the text dummy forward, the encoder on ``mm_max_items_per_batch`` items of the modality with the most tokens per
+item, stores the outputs in ``encoder_cache`` (:6189-6190; 0.33 :6128-6129) and clears it only after the text
+forward and the sampler (:6205; 0.33 :6144): the torch peak is the larger of the encoder's own forward and the text
+forward, plus the cached encoder outputs.
+
 The budget (``multimodal/encoder_budget.py:118-140, 142-186``, the same lines in 0.33;
-``v1/core/encoder_cache_manager.py:316-365``, 0.33 :333-382):
-encoder budget = max(max_num_batched_tokens, tokens per item) (``config/scheduler.py:303-304`` sets both the
-compute budget and the cache size to max_num_batched_tokens; 0.33 :306-307); items per batch = max(1, min(budget // tokens per
-item, max_num_seqs x items per prompt)). A modality whose ``limit_mm_per_prompt`` is 0 leaves the tower; all zero
-leaves no tower modality and vLLM skips the encoder profile (:6146-6155) and the encoder cache
-(encoder_cache_manager.py:336-340; 0.33 :353-357). An unset modality's limit is 999 (config/multimodal.py:215).
+``v1/core/encoder_cache_manager.py:316-365``, 0.33 :333-382): encoder budget = max(max_num_batched_tokens, tokens
+per item) (``config/scheduler.py:303-304`` sets both the compute budget and the cache size to
+max_num_batched_tokens; 0.33 :306-307); items per batch = max(1, min(budget // tokens per item, max_num_seqs x
+items per prompt)). A modality whose ``limit_mm_per_prompt`` is 0 leaves the tower; all zero leaves no tower
+modality and vLLM skips the encoder profile (:6146-6155) and the encoder cache (encoder_cache_manager.py:336-340;
+0.33 :353-357). An unset modality's limit is 999 (config/multimodal.py:215).
 """
 
 from __future__ import annotations
