@@ -18,7 +18,7 @@ from .lora import describe as describe_lora
 from .lora import lora_bytes_per_stage
 from .memory import activation_terms, checkpoint_scale, describe_layout, eplb_bytes_per_stage
 from .model import ModelSpec, moe_expert_shards
-from .multimodal import multimodal_profile
+from .multimodal import fallback_reason, multimodal_profile
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
 from .shape_rules import refusal, shape_violations
@@ -630,8 +630,7 @@ def _record_activation(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     if mm is not None:
         d.note("multimodal-profile", mm.reason)
     elif spec.multimodal:
-        d.note("multimodal-profile", "no rule for this vision tower's image size: a flat 256 MiB for the encoder "
-               "profile and encoder cache")
+        d.note("multimodal-profile", fallback_reason(spec.vision, ctx.user))
 
 
 def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:

@@ -100,16 +100,32 @@ class MultimodalProfile:
         return self.encoder_budget > 0
 
 
-def _image_limit(user: dict[str, Any]) -> int | None:
-    """The image limit of ``limit_mm_per_prompt`` (None: vLLM's default, 999 for image); 0 when every modality
-    is 0 (text-only)."""
-    limits = user.get("limit-mm-per-prompt")
-    if not isinstance(limits, dict) or not limits:
-        return None
-    values = {k: v.get("count", 0) if isinstance(v, dict) else v for k, v in limits.items()}
-    if all(int(v or 0) == 0 for v in values.values()):
+def _modalities(vision: VisionSpec) -> tuple[str, ...]:
+    """The modalities the tower takes: the Qwen-VL families take video too."""
+    return ("image", "video") if vision.family in ("qwen-vl", "qwen3-vl") else ("image",)
+
+
+def _image_limit(vision: VisionSpec, user: dict[str, Any]) -> int:
+    """The image limit vLLM applies (0.32 config/multimodal.py:699-707: 0 under ``language_model_only``, an unset
+    modality 999): 0 when every modality the tower takes is 0 (text-only); -1 when images are off but another
+    modality (video) is on."""
+    if user.get("language-model-only"):
         return 0
-    return int(values.get("image", 999) or 0) or None
+    limits = user.get("limit-mm-per-prompt")
+    limits = limits if isinstance(limits, dict) else {}
+    values = {k: int((v.get("count", 0) if isinstance(v, dict) else v) or 0) for k, v in limits.items()}
+    if all(values.get(m, 999) == 0 for m in _modalities(vision)):
+        return 0
+    image = values.get("image", 999)
+    return image if image > 0 else -1
+
+
+def fallback_reason(vision: VisionSpec | None, user: dict[str, Any]) -> str:
+    """Why a vision model's encoder profile is the flat MULTIMODAL_PROFILE_BYTES (memory.py)."""
+    if vision is not None and _image_limit(vision, user) == -1:
+        return ("limit_mm_per_prompt turns images off but keeps another modality: vLLM profiles that one (video can be "
+                "far larger, up to max_model_len); not modelled, a flat 256 MiB")
+    return "no rule for this vision tower's image size: a flat 256 MiB for the encoder profile and encoder cache"
 
 
 def _max_pixels(user: dict[str, Any], default: int) -> int:
@@ -161,14 +177,17 @@ def multimodal_profile(vision: VisionSpec | None, user: dict[str, Any], text_hid
         return None
     if vision.family == "vit" and not vision.image_size:
         return None  # no rule for this tower's image size: memory.MULTIMODAL_PROFILE_BYTES, flat
-    limit = _image_limit(user)
+    limit = _image_limit(vision, user)
+    if limit == -1:
+        return None  # video / audio only: their profile is not modelled (fallback_reason)
     if limit == 0:
-        return MultimodalProfile(0, 0, 0, 0, 0, 0, "limit_mm_per_prompt is all zero: vLLM skips the encoder profile "
+        return MultimodalProfile(0, 0, 0, 0, 0, 0, "text-only (limit_mm_per_prompt all zero or language_model_only): "
+                                 "vLLM skips the encoder profile "
                                  "and the encoder cache (0.32 gpu_model_runner.py:6146-6155, "
                                  "encoder_cache_manager.py:336-340)")
     tokens, patches, how = tokens_per_item(vision, user)
     budget = max(max_num_batched_tokens, tokens)
-    per_prompt = max(1, min(limit or 999, max_model_len // max(tokens, 1)))
+    per_prompt = max(1, min(limit, max_model_len // max(tokens, 1)))
     items = max(1, min(budget // max(tokens, 1), max_num_seqs * per_prompt))
     # The encoder's transient per patch: one block's qkv (3h) and MLP (fc1 + activation: 2I), column-parallel over
     # TP unless mm_encoder_tp_mode is "data" (0.32 model_executor/models/qwen3_vl.py:407-435, disable_tp), plus the

@@ -73,6 +73,11 @@ def test_text_only_setting_removes_the_encoder_profile_as_vllm_does() -> None:
     text_only = {"limit-mm-per-prompt": {"image": 0, "video": 0}}
     mm = multimodal_profile(spec.vision, text_only, spec.hidden_size, 8192, 256, 32768, 2)
     assert mm is not None and not mm.enabled
+    lm_only = multimodal_profile(spec.vision, {"language-model-only": True}, spec.hidden_size, 8192, 256, 32768, 2)
+    assert lm_only is not None and not lm_only.enabled
+    llava = parse_model_config(CALIBRATION["llava-hf/llava-v1.6-mistral-7b-hf"])  # image only: image 0 is text-only
+    off = multimodal_profile(llava.vision, {"limit-mm-per-prompt": {"image": 0}}, llava.hidden_size, 8192, 256, 4096, 2)
+    assert off is not None and not off.enabled
     terms = activation_terms(spec, 1, 8192, 256, 2, mm=mm)
     assert terms.encoder_peak == terms.encoder_cache == 0
     with_images = activation_bytes(spec, 1, 8192, 256, 2, mm=multimodal_profile(
@@ -116,3 +121,18 @@ def test_the_tower_is_split_by_tp_unless_the_encoder_runs_data_parallel() -> Non
     assert one is not None and two is not None and data is not None
     assert two.encoder_peak < one.encoder_peak == data.encoder_peak
     assert two.encoder_cache == one.encoder_cache  # the outputs are whole on every rank
+
+
+def test_images_off_with_video_on_is_not_taken_for_text_only() -> None:
+    # vLLM then profiles the video modality (PR https://github.com/vllm-project/vllm/pull/30475: Qwen3-VL-235B with
+    # --limit-mm-per-prompt.image 0 logs "budget of 153600 tokens, and profiled with 1 video items"): not modelled,
+    # the flat charge stays and the plan says why.
+    spec = parse_model_config(arch("qwen3.6-35b-a3b-nvfp4"))
+    assert multimodal_profile(spec.vision, {"limit-mm-per-prompt": {"image": 0}}, spec.hidden_size,
+                              8192, 256, 32768, 2) is None  # video unset: 999 (config/multimodal.py:704-706)
+    result = plan(facts("h100x8_nvswitch"), arch("qwen3.6-35b-a3b-nvfp4"),
+                  engine_args={"tensor_parallel_size": 1, "max_model_len": 32768, "limit_mm_per_prompt": {"image": 0}})
+    assert "keeps another modality" in result["reasons"]["multimodal-profile"]
+    two = multimodal_profile(spec.vision, {"limit-mm-per-prompt": {"image": 2, "audio": 0}}, spec.hidden_size,
+                             8192, 256, 32768, 2)
+    assert two is not None and two.items_per_batch == 1  # club-3090 issue 612's setting: still one image
