@@ -10,6 +10,7 @@ from .errors import PlanError
 from .hardware import CUDA_CONTEXT_MIB, MIB
 from .lora import lora_bytes_per_stage
 from .memory import (
+    MODULAR_MOE_SINCE,
     NON_TORCH_BASE,
     NON_TORCH_MULTI_GPU,
     KvLayout,
@@ -201,7 +202,7 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     for s, count in enumerate(stage_layers(spec.num_layers, pp)):
         kinds = stage_counts[s]
         act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, prec.act_bytes, expert_parallel, dp,
-                               mm)
+                               mm, rules.version >= MODULAR_MOE_SINCE)
         last = s == pp - 1
         cg = 0 if g.eager else cuda_graph_bytes(spec, count + (draft_layers if last else 0), seqs,
                                                 g.gpu.compute_capability, query_len, tokens)

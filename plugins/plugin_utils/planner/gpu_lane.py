@@ -16,7 +16,13 @@ from .headroom import Utilization, utilization
 from .inputs import Gpu
 from .lora import describe as describe_lora
 from .lora import lora_bytes_per_stage
-from .memory import activation_terms, checkpoint_scale, describe_layout, eplb_bytes_per_stage
+from .memory import (
+    MODULAR_MOE_SINCE,
+    activation_terms,
+    checkpoint_scale,
+    describe_layout,
+    eplb_bytes_per_stage,
+)
 from .model import ModelSpec, moe_expert_shards
 from .multimodal import fallback_reason, multimodal_profile
 from .plan_types import Parallel, Plan, assemble_plan
@@ -625,7 +631,8 @@ def _record_activation(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
           if spec.vision is not None else None)
     dp = g.dp if spec.is_moe else 1
     terms = activation_terms(spec, chosen.tp, chosen.max_num_batched_tokens, chosen.max_num_seqs,
-                             ctx.precision.act_bytes, uses_expert_parallel(g, chosen.tp, chosen.pp), dp, mm)
+                             ctx.precision.act_bytes, uses_expert_parallel(g, chosen.tp, chosen.pp), dp, mm,
+                             ctx.rules.version >= MODULAR_MOE_SINCE)
     d.note("activation", terms.describe())
     if mm is not None:
         d.note("multimodal-profile", mm.reason)

@@ -27,6 +27,9 @@ PROFILE_RUN_WORKSPACE = 64 * MIB  # hidden-state and attention workspaces of the
 # A multimodal wrapper without a vision_config (no tower shape to size the encoder profile from, multimodal.py):
 # its vision encoder dummy batch and encoder cache during profiling, a flat charge.
 MULTIMODAL_PROFILE_BYTES = 256 * MIB
+# The release whose fused-MoE workspaces the planner reads (moe_workspace_per_row); older releases keep the
+# per-slot buffer model the calibration logs (vLLM 0.10-0.28) were replayed with.
+MODULAR_MOE_SINCE = (0, 32, 0)
 
 
 def _gib(x: int) -> float:
@@ -117,7 +120,7 @@ class ActivationTerms:
 
 def activation_terms(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int,
                      expert_parallel: bool = False, dp: int = 1,
-                     mm: MultimodalProfile | None = None) -> ActivationTerms:
+                     mm: MultimodalProfile | None = None, modular_moe: bool = False) -> ActivationTerms:
     """Transient peak of vLLM's profile run, per component (dummy forward with max_num_batched_tokens tokens, then
     the sampler on min(max_num_seqs, tokens) rows of fp32 logits).
 
@@ -127,7 +130,8 @@ def activation_terms(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_
     (``_dummy_sampler_run``, 0.32 v1/worker/gpu_model_runner.py:5927, 0.33 :5866).
     ``dp``: an MoE's data-parallel ranks (1 for a dense model, whose ranks never meet). ``mm``: the multimodal
     encoder profile (:func:`.multimodal.multimodal_profile`); None on a multimodal model without a vision_config
-    charges MULTIMODAL_PROFILE_BYTES.
+    charges MULTIMODAL_PROFILE_BYTES. ``modular_moe`` (vLLM >= 0.32): the MoE workspace is the modular kernel's
+    (:func:`moe_workspace_per_row`).
     """
     tokens = max_num_batched_tokens
     h = spec.hidden_size
@@ -145,7 +149,7 @@ def activation_terms(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_
         # full batch. Without expert parallelism each expert is sliced over DP x TP (fused_moe/config.py:1097-1105).
         k = max(spec.experts_per_token, 1)
         n = spec.moe_intermediate_size / (1 if expert_parallel else tp * dp)
-        per_row = k * (3 * n + max(2 * n, h) + 2 * h) * act_bytes
+        per_row = (moe_workspace_per_row(k, n, h) if modular_moe else k * (3 * n + max(2 * n, h) + 2 * h)) * act_bytes
         moe = tokens * per_row
         gathered = tokens * (dp - 1) * per_row
         if spec.shared_expert_intermediate_size:
@@ -169,11 +173,20 @@ def activation_terms(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_
                            workspace=PROFILE_RUN_WORKSPACE, encoder_peak=encoder_peak, encoder_cache=encoder_cache)
 
 
+def moe_workspace_per_row(k: int, n: float, h: int) -> float:
+    """Elements per token row of the fused-MoE workspaces in vLLM 0.32/0.33: TritonExperts.workspace_shapes
+    (0.32 fused_moe/experts/triton_moe.py:226-241, 0.33 :240-255) asks (M, topk, max(N/2, K)) and (M, topk, max(N, K))
+    with N = 2n (gate_up), K = h; the first shares its storage with the (M, K) output (modular_kernel.py:1114-1122,
+    0.33 :1180-1188), unchunked (M_chunk = M_full, :1287-1298). Plus the row's gathered hidden state and its output."""
+    return k * (max(n, h) + max(2 * n, h)) + 2 * h
+
+
 def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
                      act_bytes: int, expert_parallel: bool = False, dp: int = 1,
-                     mm: MultimodalProfile | None = None) -> int:
+                     mm: MultimodalProfile | None = None, modular_moe: bool = False) -> int:
     """The profile run's transient peak in bytes (:func:`activation_terms`)."""
-    return activation_terms(spec, tp, max_num_batched_tokens, max_num_seqs, act_bytes, expert_parallel, dp, mm).total
+    return activation_terms(spec, tp, max_num_batched_tokens, max_num_seqs, act_bytes, expert_parallel, dp, mm,
+                            modular_moe).total
 
 
 @lru_cache(maxsize=1024)

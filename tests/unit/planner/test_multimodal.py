@@ -136,3 +136,17 @@ def test_images_off_with_video_on_is_not_taken_for_text_only() -> None:
     two = multimodal_profile(spec.vision, {"limit-mm-per-prompt": {"image": 2, "audio": 0}}, spec.hidden_size,
                              8192, 256, 32768, 2)
     assert two is not None and two.items_per_batch == 1  # club-3090 issue 612's setting: still one image
+
+
+def test_the_modular_moe_workspace_of_0_32_cuts_the_dp_ep_peak_of_deepseek_v3() -> None:
+    # vLLM 0.32 TritonExperts.workspace_shapes: (M, topk, max(n, h)) sharing storage with the (M, h) output, and
+    # (M, topk, max(2n, h)); DeepSeek-V3 under DP 8 x TP 1 with EP: n 2048, h 7168, top-8 over 8 x 8192 gathered rows.
+    v3 = parse_model_config(json.loads((FIXTURES / "planner" / "checkpoints" / "deepseek-v3" / "config.json")
+                                       .read_text()))
+    old = activation_terms(v3, 1, 8192, 256, 2, expert_parallel=True, dp=8)
+    new = activation_terms(v3, 1, 8192, 256, 2, expert_parallel=True, dp=8, modular_moe=True)
+    rows = 8 * 8192
+    assert new.moe_workspace + new.all2all == rows * (8 * (7168 + 7168) + 2 * 7168) * 2
+    assert (old.moe_workspace + old.all2all) / (new.moe_workspace + new.all2all) > 1.7
+    # 17.1 vs 28.4 GiB per GPU: the issue's 26-28 GiB came from the per-slot terms
+    assert new.total / 2**30 < 17.5 < 26 < old.total / 2**30
