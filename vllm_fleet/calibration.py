@@ -52,6 +52,8 @@ class CaseResult:
     predicted_kv_gib: float | None
     note: str = ""
     kind: str = ""  # architecture kind (architecture_kind)
+    # component -> (observed GiB, predicted GiB), where the log gives the component (COMPONENTS)
+    components: dict[str, tuple[float, float]] | None = None
 
     @property
     def current_engine(self) -> bool:
@@ -140,6 +142,28 @@ def observation_inputs(obs: dict[str, Any], model_config: dict[str, Any]) -> dic
     }
 
 
+#: Per-GPU memory components a start-up log can give: (observed key, the plan's memory_gib key).
+COMPONENTS: tuple[tuple[str, str, str], ...] = (
+    ("weights", "weights_gib", "weights"),
+    ("activation", "activation_peak_gib", "activation"),
+    ("non-torch", "non_torch_gib", "non_torch"),
+    ("CUDA graphs", "cudagraph_gib", "cuda_graph"),
+    ("KV cache", "kv_cache_gib", "kv_cache"),
+)
+#: A component whose median error differs between two vLLM releases by more than this (of the observed figure)
+#: is flagged: vLLM changes these terms between releases (issue 26, item 5).
+DRIFT_THRESHOLD = 0.25
+
+
+def _components(observed: dict[str, Any], memory_gib: dict[str, float]) -> dict[str, tuple[float, float]]:
+    result = {}
+    for name, obs_key, pred_key in COMPONENTS:
+        value = observed.get(obs_key)
+        if value is not None and float(value) > 0:
+            result[name] = (float(value), float(memory_gib[pred_key]))
+    return result
+
+
 def evaluate(observations: list[dict[str, Any]], model_configs: dict[str, dict[str, Any]]) -> list[CaseResult]:
     results: list[CaseResult] = []
     for obs in observations:
@@ -153,7 +177,8 @@ def evaluate(observations: list[dict[str, Any]], model_configs: dict[str, dict[s
             results.append(CaseResult(obs["id"], str(obs.get("engine")), version, tokens, predicted,
                                       (predicted - tokens) / tokens if tokens else None,
                                       observed.get("kv_cache_gib"), result["prediction"]["kv_cache_gib"],
-                                      kind=_kind_of(kwargs["model_config"])))
+                                      kind=_kind_of(kwargs["model_config"]),
+                                      components=_components(observed, result["memory_gib"])))
         except (PlanError, KeyError) as exc:
             results.append(CaseResult(obs["id"], str(obs.get("engine")), version, tokens, None, None,
                                       observed.get("kv_cache_gib"), None, note=str(exc)))
@@ -173,6 +198,47 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
         }
 
     return {"current_engine": figures([r for r in results if r.current_engine]), "all": figures(results)}
+
+
+def component_errors(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
+    """Per memory component, over the cases whose log gives it: (predicted - observed) / observed, its median
+    |error| (also in GiB: a small component's relative error is large), the worst (signed), the cases, the median
+    error per vLLM minor release, and ``drift``: whether the median error moves between releases by more than
+    DRIFT_THRESHOLD."""
+    table: dict[str, dict[str, Any]] = {}
+    for name, _obs, _pred in COMPONENTS:
+        errors: list[float] = []
+        gib: list[float] = []
+        by_version: dict[str, list[float]] = {}
+        for r in results:
+            if not r.components or name not in r.components:
+                continue
+            observed, predicted = r.components[name]
+            error = (predicted - observed) / observed
+            errors.append(error)
+            gib.append(predicted - observed)
+            by_version.setdefault(".".join(r.version.split(".")[:2]), []).append(error)
+        if not errors:
+            continue
+        medians = {v: statistics.median(e) for v, e in sorted(by_version.items(), key=lambda kv: parse_version(kv[0]))}
+        spread = max(medians.values()) - min(medians.values())
+        table[name] = {"cases": len(errors), "median_abs_error": statistics.median(abs(e) for e in errors),
+                       "median_abs_error_gib": round(statistics.median(abs(g) for g in gib), 3),
+                       "worst_error": max(errors, key=abs), "by_version": medians,
+                       "drift": len(medians) > 1 and spread > DRIFT_THRESHOLD}
+    return table
+
+
+def format_component_table(results: list[CaseResult]) -> str:
+    """The per-component error table (component, median |error|, worst, cases) and the version-drift flags."""
+    lines = [f"{'component':12} {'median |err|':>12} {'GiB':>6} {'worst':>9} {'cases':>5}  median per vLLM release"]
+    for name, f in component_errors(results).items():
+        versions = ", ".join(f"{v} {m * 100:+.0f}%" for v, m in f["by_version"].items())
+        flag = "  DRIFT: the error moves between releases" if f["drift"] else ""
+        lines.append(f"{name:12} {f['median_abs_error'] * 100:11.1f}% {f['median_abs_error_gib']:6.2f} "
+                     f"{f['worst_error'] * 100:+8.1f}% "
+                     f"{f['cases']:>5}  {versions}{flag}")
+    return "\n".join(lines)
 
 
 def _figures(errors: list[float]) -> dict[str, Any]:
@@ -211,6 +277,8 @@ def format_table(results: list[CaseResult]) -> str:
                          f"{f['median_abs_error'] * 100:.1f}%, worst over-prediction {f['max_overprediction'] * 100:+.1f}%")
     lines.append("per kind (V1, vLLM >= 0.10):")
     lines.extend(_kind_lines([r for r in results if r.current_engine]))
+    lines.append("per memory component (every case whose log gives it; error = (predicted - observed) / observed):")
+    lines.append(format_component_table(results))
     return "\n".join(lines)
 
 

@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_plan(args)
             print(json.dumps(result, indent=2) if args.json else format_plan(result))
             return 0
-        from vllm_fleet.calibration import evaluate, format_table, summary, summary_by_kind
+        from vllm_fleet.calibration import component_errors, evaluate, format_table, summary, summary_by_kind
 
         with open(args.observations, encoding="utf-8") as handle:
             observations = [json.loads(line) for line in handle if line.strip()]
@@ -296,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         results = evaluate(observations, models)
         if args.json:
             print(json.dumps({"cases": [r.__dict__ for r in results], "summary": summary(results),
-                              "by_kind": summary_by_kind(results)}, indent=2))
+                              "by_kind": summary_by_kind(results), "components": component_errors(results)},
+                             indent=2))
         else:
             print(format_table(results))
         return 0

@@ -10,6 +10,7 @@ from .errors import PlanError
 from .hardware import CUDA_CONTEXT_MIB, MIB
 from .lora import lora_bytes_per_stage
 from .memory import (
+    MODULAR_MOE_SINCE,
     NON_TORCH_BASE,
     NON_TORCH_MULTI_GPU,
     KvLayout,
@@ -26,6 +27,7 @@ from .memory import (
     weights_per_stage,
 )
 from .model import ModelSpec, moe_expert_shards, stage_layers
+from .multimodal import multimodal_profile
 from .rules import VersionRules
 from .scheduler import Schedule
 from .shape_rules import expert_parallel_required
@@ -195,9 +197,12 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     num_blocks_min: int | None = None
     limiting: tuple[Memory, KvLayout, LayerCounts] | None = None
     limiting_last = False
+    mm = (multimodal_profile(spec.vision, ctx.user, spec.hidden_size, tokens, seqs, max_model_len, prec.act_bytes, tp)
+          if spec.vision is not None else None)
     for s, count in enumerate(stage_layers(spec.num_layers, pp)):
         kinds = stage_counts[s]
-        act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, prec.act_bytes, expert_parallel, dp)
+        act = activation_bytes(spec, tp, tokens, seqs if s == pp - 1 else 1, prec.act_bytes, expert_parallel, dp,
+                               mm, rules.version >= MODULAR_MOE_SINCE)
         last = s == pp - 1
         cg = 0 if g.eager else cuda_graph_bytes(spec, count + (draft_layers if last else 0), seqs,
                                                 g.gpu.compute_capability, query_len, tokens)

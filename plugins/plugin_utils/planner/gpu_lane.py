@@ -16,8 +16,15 @@ from .headroom import Utilization, utilization
 from .inputs import Gpu
 from .lora import describe as describe_lora
 from .lora import lora_bytes_per_stage
-from .memory import checkpoint_scale, describe_layout, eplb_bytes_per_stage
+from .memory import (
+    MODULAR_MOE_SINCE,
+    activation_terms,
+    checkpoint_scale,
+    describe_layout,
+    eplb_bytes_per_stage,
+)
 from .model import ModelSpec, moe_expert_shards
+from .multimodal import fallback_reason, multimodal_profile
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
 from .shape_rules import refusal, shape_violations
@@ -614,6 +621,25 @@ def _record_weights(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     d.reasons.update(split.reasons())
 
 
+def _record_activation(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
+    """The profile run's activation peak per term (``activation``), and for a vision model whether vLLM profiles the
+    encoder and keeps an encoder cache, or skips both on a text-only setting (``multimodal-profile``)."""
+    ctx = g.plan
+    spec = ctx.spec
+    mm = (multimodal_profile(spec.vision, ctx.user, spec.hidden_size, chosen.max_num_batched_tokens,
+                             chosen.max_num_seqs, chosen.max_model_len, ctx.precision.act_bytes, chosen.tp)
+          if spec.vision is not None else None)
+    dp = g.dp if spec.is_moe else 1
+    terms = activation_terms(spec, chosen.tp, chosen.max_num_batched_tokens, chosen.max_num_seqs,
+                             ctx.precision.act_bytes, uses_expert_parallel(g, chosen.tp, chosen.pp), dp, mm,
+                             ctx.rules.version >= MODULAR_MOE_SINCE)
+    d.note("activation", terms.describe())
+    if mm is not None:
+        d.note("multimodal-profile", mm.reason)
+    elif spec.multimodal:
+        d.note("multimodal-profile", fallback_reason(spec.vision, ctx.user))
+
+
 def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     """Emit the user's speculative_config with what the draft costs on the chosen layout (none: nothing)."""
     sd = g.plan.speculative
@@ -649,6 +675,7 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     _record_max_model_len(g, final_len, clamped, d)
     parallel = _record_layout(g, chosen, d)
     _record_weights(g, chosen, d)
+    _record_activation(g, chosen, d)
     _record_speculative(g, chosen, d)
     _record_lora(g, chosen, d)
     _record_features(g, chosen, d)

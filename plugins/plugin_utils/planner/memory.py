@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from .hardware import CUBLAS_HANDLES_MIB, GIB, MIB, cc_tuple
 from .model import ModelSpec, mtp_bytes_per_gpu, stage_layers, weights_bytes_per_gpu
+from .multimodal import MultimodalProfile
 from .quant_formats import Quantization
 from .rules import cudagraph_capture_sizes
 from .speculative import capture_sizes
@@ -23,7 +24,12 @@ NON_TORCH_BASE = CUBLAS_HANDLES_MIB * MIB
 NON_TORCH_MULTI_GPU = 150 * MIB  # custom all-reduce buffers and lazily grown NCCL buffers (TP/PP > 1)
 CUDA_GRAPH_PER_LAYER_GRAPH = int(0.36 * MIB)  # pool memory per (layer, captured size), 0.10-0.28 logs
 PROFILE_RUN_WORKSPACE = 64 * MIB  # hidden-state and attention workspaces of the profile run
-MULTIMODAL_PROFILE_BYTES = 256 * MIB  # vision encoder dummy batch and encoder cache during profiling
+# A multimodal wrapper without a vision_config (no tower shape to size the encoder profile from, multimodal.py):
+# its vision encoder dummy batch and encoder cache during profiling, a flat charge.
+MULTIMODAL_PROFILE_BYTES = 256 * MIB
+# The release whose fused-MoE workspaces the planner reads (moe_workspace_per_row); older releases keep the
+# per-slot buffer model the calibration logs (vLLM 0.10-0.28) were replayed with.
+MODULAR_MOE_SINCE = (0, 32, 0)
 
 
 def _gib(x: int) -> float:
@@ -80,18 +86,58 @@ class Memory:
                           - (0 if self.cuda_graph_charged else self.cuda_graph)))
 
 
-def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
-                     act_bytes: int, expert_parallel: bool = False, dp: int = 1) -> int:
-    """Transient peak of vLLM's profile run (dummy forward with max_num_batched_tokens tokens, then the
-    sampler on min(max_num_seqs, tokens) rows of fp32 logits).
+@dataclass(frozen=True)
+class ActivationTerms:
+    """The profile run's transient peak, per component (bytes): what each part of vLLM's dummy run holds."""
+
+    forward: int  # the text forward at max_num_batched_tokens: hidden states, qkv, dense MLP / shared experts
+    moe_workspace: int  # fused-MoE intermediate caches and the w13 workspace for this rank's tokens
+    all2all: int  # the other DP ranks' gathered rows the experts also see (allgather_reducescatter backend)
+    sampler: int  # fp32 logits and one working copy over min(max_num_seqs, tokens) rows x vocabulary
+    workspace: int  # attention and hidden-state workspaces of the profile run
+    encoder_peak: int = 0  # the vision encoder's forward over the multimodal dummy batch (before the text run)
+    encoder_cache: int = 0  # the cached encoder outputs, held through the text run
+
+    @property
+    def text(self) -> int:
+        """The text dummy run and sampler."""
+        return self.forward + self.moe_workspace + self.all2all + self.sampler + self.workspace
+
+    @property
+    def total(self) -> int:
+        """The torch peak: the encoder runs before the text forward (they never overlap); its outputs stay cached
+        through the text forward (multimodal.py)."""
+        return max(self.text, self.encoder_peak) + self.encoder_cache
+
+    def describe(self) -> str:
+        """One line: the terms in GiB."""
+        parts = [("forward", self.forward), ("MoE workspace", self.moe_workspace), ("all-to-all", self.all2all),
+                 ("sampler", self.sampler), ("workspace", self.workspace), ("encoder peak", self.encoder_peak),
+                 ("encoder cache", self.encoder_cache)]
+        shown = ", ".join(f"{name} {value / GIB:.2f}" for name, value in parts if value)
+        return f"activation peak {self.total / GIB:.2f} GiB = {shown} GiB"
+
+
+def activation_terms(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int,
+                     expert_parallel: bool = False, dp: int = 1,
+                     mm: MultimodalProfile | None = None, modular_moe: bool = False) -> ActivationTerms:
+    """Transient peak of vLLM's profile run, per component (dummy forward with max_num_batched_tokens tokens, then
+    the sampler on min(max_num_seqs, tokens) rows of fp32 logits).
 
     The forward peak is the MLP: gate_up output (2*I/TP) plus the activation output (I/TP) for every
     token (MoE: per routed token and expert slot); hidden-state buffers add a few rows of hidden size.
-    The sampler holds the fp32 logits and one working copy over the full (gathered) vocabulary.
-    ``dp``: an MoE's data-parallel ranks (1 for a dense model, whose ranks never meet).
+    The sampler holds the fp32 logits and one working copy over the full (gathered) vocabulary
+    (``_dummy_sampler_run``, 0.32 v1/worker/gpu_model_runner.py:5927, 0.33 :5866).
+    ``dp``: an MoE's data-parallel ranks (1 for a dense model, whose ranks never meet). ``mm``: the multimodal
+    encoder profile (:func:`.multimodal.multimodal_profile`); None on a multimodal model without a vision_config
+    charges MULTIMODAL_PROFILE_BYTES. ``modular_moe`` (vLLM >= 0.32): the MoE workspace is the modular kernel's
+    (:func:`moe_workspace_per_row`).
     """
     tokens = max_num_batched_tokens
     h = spec.hidden_size
+    forward = 0.0
+    moe = 0.0
+    gathered = 0.0
     if spec.is_moe:
         # fused MoE: every token goes to top-k expert slots; with expert parallelism experts are whole
         # (not sliced by TP). Buffers: gate_up output (2N) + activation (N) per slot, the w13 workspace
@@ -103,23 +149,44 @@ def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_
         # full batch. Without expert parallelism each expert is sliced over DP x TP (fused_moe/config.py:1097-1105).
         k = max(spec.experts_per_token, 1)
         n = spec.moe_intermediate_size / (1 if expert_parallel else tp * dp)
-        mlp = tokens * dp * k * (3 * n + max(2 * n, h) + 2 * h) * act_bytes
+        per_row = (moe_workspace_per_row(k, n, h) if modular_moe else k * (3 * n + max(2 * n, h) + 2 * h)) * act_bytes
+        moe = tokens * per_row
+        gathered = tokens * (dp - 1) * per_row
         if spec.shared_expert_intermediate_size:
-            mlp += tokens * 3 * spec.shared_expert_intermediate_size / tp * act_bytes
+            forward += tokens * 3 * spec.shared_expert_intermediate_size / tp * act_bytes
     else:
-        mlp = tokens * 3 * spec.intermediate_size / tp * act_bytes
+        forward += tokens * 3 * spec.intermediate_size / tp * act_bytes
     if spec.mla:
         qkv = spec.num_heads / tp * (spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim) \
             + spec.kv_lora_rank
     else:
         qkv = (spec.num_heads / tp + 2 * spec.kv_heads_per_gpu(tp)) * spec.head_dim
-    hidden = tokens * (3 * h + qkv) * act_bytes
+    forward += tokens * (3 * h + qkv) * act_bytes
     rows = min(max_num_seqs, tokens)
     sampler = rows * spec.vocab_size * 4 * 2
-    peak = mlp + hidden + sampler + PROFILE_RUN_WORKSPACE
-    if spec.multimodal:
-        peak += MULTIMODAL_PROFILE_BYTES
-    return int(peak)
+    encoder_peak = encoder_cache = 0
+    if mm is not None:
+        encoder_peak, encoder_cache = mm.encoder_peak, mm.encoder_cache
+    elif spec.multimodal:
+        encoder_cache = MULTIMODAL_PROFILE_BYTES
+    return ActivationTerms(forward=int(forward), moe_workspace=int(moe), all2all=int(gathered), sampler=int(sampler),
+                           workspace=PROFILE_RUN_WORKSPACE, encoder_peak=encoder_peak, encoder_cache=encoder_cache)
+
+
+def moe_workspace_per_row(k: int, n: float, h: int) -> float:
+    """Elements per token row of the fused-MoE workspaces in vLLM 0.32/0.33: TritonExperts.workspace_shapes
+    (0.32 fused_moe/experts/triton_moe.py:226-241, 0.33 :240-255) asks (M, topk, max(N/2, K)) and (M, topk, max(N, K))
+    with N = 2n (gate_up), K = h; the first shares its storage with the (M, K) output (modular_kernel.py:1114-1122,
+    0.33 :1180-1188), unchunked (M_chunk = M_full, :1287-1298). Plus the row's gathered hidden state and its output."""
+    return k * (max(n, h) + max(2 * n, h)) + 2 * h
+
+
+def activation_bytes(spec: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
+                     act_bytes: int, expert_parallel: bool = False, dp: int = 1,
+                     mm: MultimodalProfile | None = None, modular_moe: bool = False) -> int:
+    """The profile run's transient peak in bytes (:func:`activation_terms`)."""
+    return activation_terms(spec, tp, max_num_batched_tokens, max_num_seqs, act_bytes, expert_parallel, dp, mm,
+                            modular_moe).total
 
 
 @lru_cache(maxsize=1024)

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from .layer_kinds import LayerKindError, StateShape, dtype_bytes, layer_kinds, state_shape
+from .multimodal import VisionSpec, parse_vision
 from .quant_formats import QuantFormatError, Quantization, parse_quantization
 
 
@@ -69,6 +70,7 @@ class ModelSpec:
     mamba_state_bytes: int = 0
     multimodal: bool = False
     vision_params: int = 0  # vision tower + projector (multimodal wrappers), from vision_config
+    vision: VisionSpec | None = None  # the tower's shape, for the encoder profile (multimodal.py)
     quantization: Quantization = field(default_factory=lambda: Quantization("none"))
     # Multi-token-prediction layers the checkpoint ships after its decoder layers (DeepSeek-V3 / GLM-4.5
     # ``num_nextn_predict_layers``, ``mtp_num_hidden_layers``): loaded only under speculative decoding (method mtp).
@@ -369,6 +371,7 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         mamba_state_bytes=mamba_state,
         multimodal=multimodal,
         vision_params=vision_params,
+        vision=parse_vision(outer) if multimodal else None,
         quantization=_quantization(outer if "quantization_config" in outer else cfg),
         mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
         draft_vocab_size=int(cfg.get("draft_vocab_size") or 0),

@@ -91,12 +91,12 @@ def test_moe_with_pinned_data_parallelism_counts_the_experts_over_dp_x_tp() -> N
     assert result["parallel"]["gpus_per_replica"] == 8
     assert (result["memory_gib"]["weights"], alone["memory_gib"]["weights"]) == (8.197, 28.447)
     assert round((7_247_757_312 + 931_528_704 + 622_329_856) / 2**30, 3) == 8.197
-    assert result["prediction"]["kv_cache_tokens"] == 1_408_672 > alone["prediction"]["kv_cache_tokens"]
+    assert result["prediction"]["kv_cache_tokens"] == 1_418_912 > alone["prediction"]["kv_cache_tokens"]
     assert not any("the KV prediction is low" in w for w in result["warnings"])
     assert any("vLLM runs the 4 ranks as one group in lock step" in w for w in result["warnings"])
     assert "DP x TP = 8 GPUs" in result["reasons"]["enable-expert-parallel"]
     assert result["reasons"]["data-parallel-size"].endswith(
-        "vLLM logs one KV line per engine: 1,408,672 tokens each, 5,634,688 in all over the 4 engines")
+        "vLLM logs one KV line per engine: 1,418,912 tokens each, 5,675,648 in all over the 4 engines")
     pinned = _plan("qwen3-30b-a3b", data_parallel_size=4, tensor_parallel_size=1, enable_expert_parallel=True)
     assert pinned["engine_args"]["enable-expert-parallel"] is True  # passed through, as without DP
     assert pinned["reasons"]["enable-expert-parallel"] == "set by you"

@@ -43,42 +43,42 @@ def _plan(host: dict[str, Any], name: str, **engine_args: Any) -> dict[str, Any]
 
 def test_mla_moe_on_4_l4_picks_dp_attention_with_ep() -> None:
     """DeepSeek-V2-Lite (MLA, 64 experts of 3 x 2048 x 1408 in 26 MoE layers) on 4 L4: TP 1 does not fit (29.7 GiB
-    before any KV cache against a 20.5 GiB budget) and TP 2 holds 132,352 tokens, less than one 163,840-token request,
+    before any KV cache against a 20.5 GiB budget) and TP 2 holds 133,568 tokens, less than one 163,840-token request,
     so the planner's TP pick is TP 4, plain TP (EP off: the recipes' form): the comparison runs. KV per token per GPU
     is 27 layers x (512 + 64) x 2 B = 31,104 B at any TP (the latent is whole on every TP rank), so TP 4 holds one
-    GPU's worth: 10.591 GiB / (16 x 31,104 B) = 22,850 blocks = 365,600 tokens for the engine.
+    GPU's worth: 10.646 GiB / (16 x 31,104 B) = 22,970 blocks = 367,520 tokens for the engine.
 
     Experts: 26 x 64 x 3 x 2048 x 1408 x 2 B = 28,789,702,656 B (26.812 GiB); spread over 4 GPUs either way
     (7,197,425,664 B = 6.703 GiB). DP 4 x TP 1 adds the replicated attention, dense layer, shared experts and
-    embeddings (2.443 GiB): 9.146 GiB per GPU (TP 4: 7.363), which leaves 8.04 GiB of KV per GPU, 17,346 blocks of
-    16 x 31,104 B = 277,536 tokens per engine, x 4 engines = 1,110,144 tokens: DP-attention wins."""
+    embeddings (2.443 GiB): 9.146 GiB per GPU (TP 4: 7.363), which leaves 8.526 GiB of KV per GPU, 18,396 blocks of
+    16 x 31,104 B = 294,336 tokens per engine, x 4 engines = 1,177,344 tokens: DP-attention wins."""
     result = _plan(L4X4, "deepseek-v2-lite")
     par, args, reasons = result["parallel"], result["engine_args"], result["reasons"]
     assert par == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "replicas": 1, "gpus_per_replica": 4,
                    "nodes": 1, "data_parallel_size": 4}
     assert result["cli_args"][:4] == ["--data-parallel-size", "4", "--tensor-parallel-size", "1"]
     assert args["enable-expert-parallel"] is True
-    line = "DP 4 x TP 1 with EP: 1,110,144 tokens vs TP 4: 365,600 tokens"
+    line = "DP 4 x TP 1 with EP: 1,177,344 tokens vs TP 4: 367,520 tokens"
     assert reasons["data-parallel-size"].startswith(
         f"picked by predicted KV capacity on the host (chat profile): {line}: 4 engines in one container")
-    assert reasons["data-parallel-size"].endswith("277,536 tokens each, 1,110,144 in all over the 4 engines")
+    assert reasons["data-parallel-size"].endswith("294,336 tokens each, 1,177,344 in all over the 4 engines")
     assert line in reasons["tensor-parallel-size"] and "\n" not in reasons["data-parallel-size"]
     assert reasons["enable-expert-parallel"].startswith("better: DP-attention with EP, picked by the layout comparison")
     assert "DP x TP = 4 GPUs" in reasons["enable-expert-parallel"]
     pred, mem = result["prediction"], result["memory_gib"]
-    assert pred["kv_cache_tokens"] == 277_536 == pred["gpu_blocks"] * 16  # per engine; blocks of 16 tokens
-    assert abs(pred["gpu_blocks"] - int(mem["kv_cache"] * 2**30) // (16 * 31_104)) <= 1  # 8.04 GiB per GPU
-    assert (mem["weights"], mem["kv_cache"]) == (9.146, 8.04)
-    assert pred["gpu_blocks"] == 17_346  # the docstring's arithmetic, from the plan
-    assert int(args["max-num-seqs"]) == 216  # per rank (reasons say so)
+    assert pred["kv_cache_tokens"] == 294_336 == pred["gpu_blocks"] * 16  # per engine; blocks of 16 tokens
+    assert abs(pred["gpu_blocks"] - int(mem["kv_cache"] * 2**30) // (16 * 31_104)) <= 1  # 8.53 GiB per GPU
+    assert (mem["weights"], mem["kv_cache"]) == (9.146, 8.526)
+    assert pred["gpu_blocks"] == 18_396  # the docstring's arithmetic, from the plan
+    assert int(args["max-num-seqs"]) == 224  # per rank (reasons say so)
     assert reasons["max-num-seqs"].endswith("; per data-parallel rank (each of the 4 engines schedules its own)")
     tp4 = _plan(L4X4, "deepseek-v2-lite", tensor_parallel_size=4)  # the TP side of the comparison, pinned
-    assert (tp4["prediction"]["kv_cache_tokens"], tp4["prediction"]["gpu_blocks"]) == (365_600, 22_850)
-    assert (tp4["memory_gib"]["weights"], tp4["memory_gib"]["kv_cache"]) == (7.363, 10.591)
-    assert abs(22_850 - int(10.591 * 2**30) // (16 * 31_104)) <= 1
+    assert (tp4["prediction"]["kv_cache_tokens"], tp4["prediction"]["gpu_blocks"]) == (367_520, 22_970)
+    assert (tp4["memory_gib"]["weights"], tp4["memory_gib"]["kv_cache"]) == (7.363, 10.646)
+    assert abs(22_970 - int(10.646 * 2**30) // (16 * 31_104)) <= 1
     assert "enable-expert-parallel" not in tp4["engine_args"]  # plain TP, as the comparison weighed it
     tp2 = _plan(L4X4, "deepseek-v2-lite", tensor_parallel_size=2)  # why TP 4: TP 2 cannot hold one full request
-    assert tp2["prediction"]["kv_cache_tokens"] == 132_352 < 163_840
+    assert tp2["prediction"]["kv_cache_tokens"] == 133_568 < 163_840
 
 
 @pytest.mark.parametrize(("host", "name", "replicas"), [
@@ -88,7 +88,7 @@ def test_mla_moe_on_4_l4_picks_dp_attention_with_ep() -> None:
 def test_an_moe_that_fits_one_gpu_keeps_independent_replicas(host: dict[str, Any], name: str, replicas: int) -> None:
     """No comparison when TP 1 holds the model with a useful KV pool: N independent replicas, no lock-step between
     ranks and no all-to-all over the interconnect (PCIe on the L40S host). DeepSeek-V2-Lite on an H200 holds
-    29.256 GiB of weights and 3,610,112 tokens per GPU."""
+    29.256 GiB of weights and 3,627,776 tokens per GPU."""
     result = _plan(host, name)
     par, args, reasons = result["parallel"], result["engine_args"], result["reasons"]
     assert (par["tensor_parallel_size"], par["data_parallel_size"], par["replicas"]) == (1, 1, replicas)
@@ -98,18 +98,18 @@ def test_an_moe_that_fits_one_gpu_keeps_independent_replicas(host: dict[str, Any
         "between GPUs); pin data_parallel_size for DP-attention with EP")
     assert not any("lock step" in w for w in result["warnings"])
     if name == "deepseek-v2-lite":
-        assert (result["prediction"]["kv_cache_tokens"], result["memory_gib"]["weights"]) == (3_610_112, 29.256)
+        assert (result["prediction"]["kv_cache_tokens"], result["memory_gib"]["weights"]) == (3_627_776, 29.256)
         # Pinned as the note says: DP 8 x TP 1 with EP, experts over 8 GPUs (3.352 GiB + 2.443 GiB replicated).
         dp = _plan(host, name, data_parallel_size=8)
         assert (dp["parallel"]["data_parallel_size"], dp["engine_args"]["enable-expert-parallel"]) == (8, True)
-        assert (dp["prediction"]["kv_cache_tokens"], dp["memory_gib"]["weights"]) == (4_353_952, 5.795)
+        assert (dp["prediction"]["kv_cache_tokens"], dp["memory_gib"]["weights"]) == (4_389_280, 5.795)
         assert round(28_789_702_656 / 8 / 2**30, 3) == 3.352
 
 
 def test_mla_tp_8_holds_one_gpus_worth_of_latent_cache() -> None:
-    """Pinned TP 8 (no comparison, plain TP: EP off): every GPU stores the whole latent, so 129.583 GiB per GPU holds
-    floor(129.583 GiB / (16 x 31,104 B)) = 279,583 blocks = 4,473,328 tokens for the whole engine, about an eighth
-    of what 8 pinned DP engines hold (8 x 4,353,952)."""
+    """Pinned TP 8 (no comparison, plain TP: EP off): every GPU stores the whole latent, so 129.756 GiB per GPU holds
+    floor(129.756 GiB / (16 x 31,104 B)) = 279,957 blocks = 4,479,312 tokens for the whole engine, about an eighth
+    of what 8 pinned DP engines hold (8 x 4,389,280)."""
     pinned = _plan(H200X8, "deepseek-v2-lite", tensor_parallel_size=8)
     assert pinned["parallel"]["data_parallel_size"] == 1 and pinned["parallel"]["tensor_parallel_size"] == 8
     assert "data-parallel-size" not in pinned["engine_args"] and "data-parallel-size" not in pinned["reasons"]
@@ -117,29 +117,29 @@ def test_mla_tp_8_holds_one_gpus_worth_of_latent_cache() -> None:
     assert pinned["reasons"]["enable-expert-parallel"].startswith("off: plain TP 8 slices each of the 64 experts")
     pred = pinned["prediction"]
     assert (pred["kv_cache_tokens"], pred["gpu_blocks"], pinned["memory_gib"]["kv_cache"]) == (
-        4_473_328, 279_583, 129.583)
-    assert abs(pred["gpu_blocks"] - int(129.583 * 2**30) // (16 * 31_104)) <= 1
+        4_479_312, 279_957, 129.756)
+    assert abs(pred["gpu_blocks"] - int(129.756 * 2**30) // (16 * 31_104)) <= 1
 
 
 def test_non_mla_moe_keeps_tp_when_it_holds_more() -> None:
     """Qwen3-30B-A3B (4 KV heads of 128, 48 layers) on 4 L4: only TP 4 holds the weights, and TP 4 (plain TP) splits
     the KV heads (1 per GPU: 2 x 1 x 128 x 2 B x 48 = 24,576 B per token) where DP 2 x TP 2 keeps 2 per GPU
-    (49,152 B) and repeats the attention in both ranks: 9,836 blocks of 16 x 24,576 B (3.602 GiB per GPU) =
-    157,376 tokens for the TP engine against 2 x 4,456 blocks of 16 x 49,152 B (3.264 GiB) = 2 x 71,296 = 142,592 for
+    (49,152 B) and repeats the attention in both ranks: 10,012 blocks of 16 x 24,576 B (3.667 GiB per GPU) =
+    160,192 tokens for the TP engine against 2 x 4,672 blocks of 16 x 49,152 B (3.422 GiB) = 2 x 74,752 = 149,504 for
     the DP pair. TP stays; the reason names both figures, which are the settled predictions."""
     result = _plan(L4X4, "qwen3-30b-a3b")
     assert result["parallel"]["tensor_parallel_size"] == 4 and result["parallel"]["data_parallel_size"] == 1
     assert "data-parallel-size" not in result["engine_args"]
     assert result["reasons"]["data-parallel-size"] == (
         "not set: MoE layouts compared by predicted KV capacity on the host (chat profile): "
-        "TP 4: 157,376 tokens vs DP 2 x TP 2 with EP: 142,592 tokens")
+        "TP 4: 160,192 tokens vs DP 2 x TP 2 with EP: 149,504 tokens")
     pred = result["prediction"]
-    assert (pred["kv_cache_tokens"], pred["gpu_blocks"], result["memory_gib"]["kv_cache"]) == (157_376, 9_836, 3.602)
-    assert abs(9_836 - int(3.602 * 2**30) // (16 * 24_576)) <= 1  # 3.602 GiB is rounded to 0.5 MiB
+    assert (pred["kv_cache_tokens"], pred["gpu_blocks"], result["memory_gib"]["kv_cache"]) == (160_192, 10_012, 3.667)
+    assert abs(10_012 - int(3.667 * 2**30) // (16 * 24_576)) <= 1  # 3.667 GiB is rounded to 0.5 MiB
     assert "enable-expert-parallel" not in result["engine_args"]
     dp = _plan(L4X4, "qwen3-30b-a3b", data_parallel_size=2, tensor_parallel_size=2)
-    assert (dp["prediction"]["kv_cache_tokens"], dp["prediction"]["gpu_blocks"]) == (71_296, 4_456)
-    assert 71_296 * 2 == 142_592  # the pinned layout predicts what was compared
+    assert (dp["prediction"]["kv_cache_tokens"], dp["prediction"]["gpu_blocks"]) == (74_752, 4_672)
+    assert 74_752 * 2 == 149_504  # the pinned layout predicts what was compared
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.1-70b", "qwen3-14b", "gemma-3-27b"])
@@ -158,7 +158,7 @@ def test_a_pinned_layout_skips_the_comparison() -> None:
         assert "MoE layouts compared" not in result["reasons"].get("data-parallel-size", ""), pins
         assert "fits one GPU per replica" not in result["reasons"].get("data-parallel-size", ""), pins
     pinned_tp1 = _plan(H200X8, "deepseek-v2-lite", tensor_parallel_size=1)
-    assert (pinned_tp1["parallel"]["replicas"], pinned_tp1["prediction"]["kv_cache_tokens"]) == (8, 3_610_112)
+    assert (pinned_tp1["parallel"]["replicas"], pinned_tp1["prediction"]["kv_cache_tokens"]) == (8, 3_627_776)
     assert "data-parallel-size" not in pinned_tp1["reasons"]
     group = plan(L4X4, model("deepseek-v2-lite"), vllm_version="0.32.0", policy={"max_nodes": 2})
     assert group["parallel"]["data_parallel_size"] == 1  # one host only: a multi-node group keeps its TP/PP layout
