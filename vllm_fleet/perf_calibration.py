@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import load_model, plan_for_model
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
+    load_model,
+    plan_for_model,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import (
     RESULT_KEYS,
     PerfError,

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner import perf
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import GPU_CATALOGUE, GPU_RATES
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import (
+    GPU_CATALOGUE,
+    GPU_RATES,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import plan_for_model
 
 from vllm_fleet.cli import main
