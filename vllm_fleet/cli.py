@@ -2,6 +2,9 @@
 
     vllm-fleet plan --model DIR_OR_CONFIG_JSON|ORG/NAME|MIRROR_URL [--revision REV] [--gpu NAME --gpu-count N | --facts FACTS.json] [...]
     vllm-fleet calibrate OBSERVATIONS.jsonl --models MODEL_CONFIGS.json
+    vllm-fleet predict [plan's arguments] --dataset-name random|sharegpt --num-prompts P
+        (--max-concurrency C | --request-rate R|inf) [--random-input-len I --random-output-len O] [--json]
+    vllm-fleet calibrate-perf BENCH_SERVE_RESULTS.jsonl [--json]
 
 Errors are one line on stderr with exit code 2 (no traceback).
 """
@@ -333,7 +336,8 @@ def format_plan(result: dict[str, Any]) -> str:
         wl = perf["workload"]
         lines += ["", f"predicted (vllm bench serve --dataset-name random --random-input-len {wl['random_input_len']} "
                   f"--random-output-len {wl['random_output_len']} --max-concurrency {wl['max_concurrency']} "
-                  f"--num-prompts {wl['num_prompts']}):"] + ["  " + x for x in format_figures(perf["predicted"]).splitlines()]
+                  f"--num-prompts {wl['num_prompts']}):"]
+        lines += ["  " + x for x in format_figures(perf["predicted"]).splitlines()]
     elif perf.get("error"):
         lines += ["", f"predicted: none ({perf['error']})"]
     for warning in result["warnings"]:
