@@ -27,6 +27,9 @@ per-generation measurement exists in this repository yet (README "Performance pr
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import math
 import random
 import statistics
@@ -470,7 +473,20 @@ def profile_workload(prompt_tokens: int, output_tokens: int, concurrency: int) -
 def plan_performance(model_config: dict[str, Any], plan: dict[str, Any], prompt_tokens: int, output_tokens: int,
                      concurrency: int) -> dict[str, Any]:
     """The ``performance`` entry of a plan: the workload and the predicted figures, or why there are none."""
-    wl = profile_workload(prompt_tokens, output_tokens, concurrency)
+    # The figures depend on the config and on the plan's GPU, layout, engine args, memory and KV prediction only:
+    # one simulation per distinct combination (a fleet plans many hosts of one SKU group alike).
+    key = json.dumps([model_config, plan.get("gpu"), plan.get("parallel"), plan.get("engine_args"),
+                      plan.get("memory_gib"), plan.get("prediction"), prompt_tokens, output_tokens, concurrency],
+                     sort_keys=True, default=str)
+    return copy.deepcopy(_plan_performance(key))
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_performance(key: str) -> dict[str, Any]:
+    model_config, gpu, parallel, engine_args, memory_gib, prediction, prompt, output, conc = json.loads(key)
+    plan = {"gpu": gpu, "parallel": parallel, "engine_args": engine_args, "memory_gib": memory_gib,
+            "prediction": prediction}
+    wl = profile_workload(prompt, output, conc)
     entry: dict[str, Any] = {"workload": {"dataset_name": wl.dataset, "random_input_len": wl.input_len,
                                           "random_output_len": wl.output_len, "num_prompts": wl.num_prompts,
                                           "max_concurrency": wl.max_concurrency}}
