@@ -50,6 +50,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
 ENGINE_FLAGS = CLI_FLAGS
 #: Its on/off flags (``--enforce-eager``): set true when given.
 SWITCH_FLAGS = tuple(o for o in OPTIONS if o.cli and o.kind == "bool")
+#: ``predict``'s --enable-expert-parallel, passed on as this engine argument.
+SWITCH_FLAGS_KEY = "expert_parallel"
 
 
 def _plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -136,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _plan_arguments(q)
+    if not any(switch.key == "enable-expert-parallel" for switch in SWITCH_FLAGS):
+        q.add_argument("--enable-expert-parallel", action="store_true", default=None,
+                       help="expert parallelism for a MoE (the same as --engine-arg enable_expert_parallel=true)")
     bench = q.add_argument_group("workload (vllm bench serve's arguments)")
     bench.add_argument("--dataset-name", required=True, choices=("random", "sharegpt"))
     bench.add_argument("--random-input-len", type=int, default=1024)
@@ -239,6 +244,8 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 def run_predict(args: argparse.Namespace) -> dict[str, Any]:
     """``predict``: the plan, then the bench-serve figures for the workload."""
     workload = workload_from_args(args)
+    if getattr(args, "enable_expert_parallel", None) and not any(SWITCH_FLAGS_KEY in a for a in args.engine_arg):
+        args.engine_arg = [*args.engine_arg, "enable_expert_parallel=true"]
     model_dir = _model(args)
     args.model = model_dir
     result = run_plan(args)

@@ -177,5 +177,18 @@ def test_calibrate_perf_reports_every_result(capsys: pytest.CaptureFixture[str])
     lines = [json.loads(x) for x in RESULTS.read_text().splitlines() if x.strip()]
     assert len(rep["cases"]) == len(lines)
     assert all(c["errors"] for c in rep["cases"]), [c["note"] for c in rep["cases"] if not c["errors"]]
-    assert all(r["source_url"].startswith("https://github.com/") for r in lines)
+    assert all(r["source_url"].startswith("https://") and r["command"] and r["verbatim"] for r in lines)
     assert not math.isnan(rep["by_metric"]["mean_tpot_ms"]["median_abs"])
+
+
+def test_cli_expert_parallel_and_plan_text(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["predict", "--model", str(QWEN30B), "--gpu", H100, "--gpu-count", "2", "--tensor-parallel-size", "2",
+            "--dataset-name", "random", "--num-prompts", "16", "--max-concurrency", "4", "--json"]
+    assert main(base) == 0
+    tp = json.loads(capsys.readouterr().out)
+    assert main([*base, "--enable-expert-parallel"]) == 0
+    ep = json.loads(capsys.readouterr().out)
+    assert ep != tp  # the EP layout is timed differently (all-to-all instead of sharded experts)
+    assert main(["plan", "--model", str(LLAMA8B), "--gpu", H100]) == 0
+    text = capsys.readouterr().out
+    assert "predicted (vllm bench serve --dataset-name random" in text and "TPOT (ms): mean" in text
