@@ -15,11 +15,11 @@ import torch
 
 def _time(fn, iters: int) -> float:
     """Median seconds of one call of fn over iters timed calls (after warm-up)."""
-    for _ in range(3):
+    for _warm in range(3):
         fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(iters):
+    for _iter in range(iters):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()

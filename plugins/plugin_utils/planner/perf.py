@@ -295,7 +295,7 @@ def _arrivals(n: int, rate: float, seed: int) -> list[float]:
         raise PerfError("--request-rate must be > 0 (or inf)")
     rng = random.Random(seed)
     t, out = 0.0, []
-    for _ in range(n):
+    for _req in range(n):
         out.append(t)
         t += rng.expovariate(rate)
     return out
@@ -352,7 +352,7 @@ def simulate(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: i
             admitted.append(req)
         decoding = [r for r in running if r.prefilled >= r.prompt]
         ctx = sum(r.prompt + r.generated for r in decoding) / len(decoding) if decoding else 0.0
-        prefill = sum(t for _, t in chunks)
+        prefill = sum(take for _req, take in chunks)
         pctx = sum(t * (r.prefilled + t / 2) for r, t in chunks) / prefill if prefill else 0.0
         # fast-forward pure decode stretches: no prefill, nothing to admit before the next finish or arrival
         steps = 1
