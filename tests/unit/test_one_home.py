@@ -40,6 +40,10 @@ DISTINCT: dict[frozenset[str], str] = {
                                              "from a model source to plan",
     frozenset({"ALLOWED_RANKS", "SUPPORTED_HEAD_DIMS"}): "vLLM's LoRA ranks vs the tiny model's attention head sizes",
     frozenset({"ALLOWED_RANKS", "TP_SIZES"}): "vLLM's LoRA ranks vs the tensor-parallel sizes the planner tries",
+    frozenset({"GPU_RATES", "TP_SIZES"}): "the GPUs' peak rates (link GB/s numbers read as keys) vs the "
+    "tensor-parallel sizes the planner tries",
+    frozenset({"GPU_RATES", "ALLOWED_RANKS"}): "the GPUs' peak rates (link GB/s numbers read as keys) vs vLLM's LoRA "
+    "ranks",
     frozenset({"ALLOWED_RANKS", "CPU_ATTENTION_HEAD_SIZES"}): "vLLM's LoRA ranks vs the CPU backend's head sizes",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU130"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU129"}): "NVLinks per GPU generation vs the wheels' kernel architectures",

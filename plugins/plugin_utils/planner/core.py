@@ -63,6 +63,7 @@ from .memory import (
     kv_layout,
 )
 from .model import ModelConfigError, ModelSpec, parse_model_config, with_user_state_dtypes
+from .perf import plan_performance
 from .plan_types import Plan
 from .precision import reconcile_weights, resolve_precision
 from .recipes import fp8_kv_cache, record_recipe_notes
@@ -236,4 +237,9 @@ def plan(facts: dict[str, Any], model_config: dict[str, Any], **options: Any) ->
     ``weights_total_bytes``, ``model_path``, ``extra_args``, ``draft_model_config``); this is ``plan_typed(...).to_dict()``.
     :raises PlanError: one-line message that says what to change.
     """
-    return plan_typed(facts, model_config, **options).to_dict()
+    result = plan_typed(facts, model_config, **options).to_dict()
+    if result.get("gpu"):
+        prof = resolve_profile(options.get("profile", "chat"))
+        result["performance"] = plan_performance(model_config, result, prof.prompt_tokens, prof.output_tokens,
+                                                 prof.min_concurrency)
+    return result

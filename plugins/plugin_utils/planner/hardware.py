@@ -183,6 +183,80 @@ def lookup_gpu(name: str) -> GpuSku | None:
     return None
 
 
+@dataclass(frozen=True)
+class GpuRates:
+    """Peak rates of one catalogue GPU for the performance model (perf.py): datasheet figures, dense (no sparsity).
+
+    ``link_gbs`` is the per-GPU GPU-to-GPU bandwidth one way (NVLink / NVSwitch: half the bidirectional figure the
+    datasheets print; PCIe-only boards: the PCIe x16 one-way rate). 0 for a rate the GPU lacks (FP8 before Ada).
+    """
+
+    key: str
+    bandwidth_gbs: int
+    bf16_tflops: float
+    fp8_tflops: float
+    fp4_tflops: float
+    link_gbs: float
+
+
+# Dense tensor TFLOP/s (the datasheets print "with sparsity"; these are half of those) and NVLink per GPU:
+# NVIDIA H100/H200 datasheets (H100 SXM / H200 SXM: BF16 1979 sparse -> 989, FP8 3958 -> 1979, NVLink 900 GB/s;
+# H100 NVL: BF16 1671 -> 835, FP8 3341 -> 1671, NVLink bridge 600 GB/s; H100 PCIe: BF16 1513 -> 756, FP8 3026 ->
+# 1513); H800: same tensor rates as H100 SXM, NVLink 400 GB/s; H20: BF16 148, FP8 296, NVLink 900 GB/s (NVIDIA
+# H20 product brief); HGX B200: BF16 2.25 PF, FP8 4.5 PF, FP4 9 PF per GPU dense, NVLink 5 1.8 TB/s; GB200 NVL72:
+# 2.5 / 5 / 10 PF per GPU; B300 / GB300 (Blackwell Ultra): BF16 2.25/2.5, FP8 4.5/5, FP4 13.5/15 PF;
+# A100 datasheet: BF16 312, NVLink 600 GB/s (A800 400); A30 165, NVLink 200; A40 149.7 (datasheet "299.4 with
+# sparsity"), NVLink 112.5; A10 125; L40S 362 BF16 / 733 FP8; L40 181 / 362; L4 121 / 242; L20 119.5 / 239;
+# RTX 6000 Ada 364 (FP8 728); GeForce RTX 4090 165 / 330 and RTX 5090 209.5 / 419 (FP16 accumulate, the Ada /
+# Blackwell GeForce whitepapers); RTX PRO 6000 Blackwell 503.8 / 1007.6 / 2015 (FP4); T4 65 FP16; V100 125 FP16,
+# NVLink 300 GB/s; MI300X 1307.4 / 2614.9, MI325X same, MI355X 2516 / 5033 / 10066 (AMD product pages), Infinity
+# Fabric 64 GB/s per link one way x 7 links. PCIe one way: Gen4 x16 32 GB/s, Gen5 x16 64 GB/s. A10G has no
+# NVIDIA datasheet (AWS-only part): the A10 figure is used and the calibration says so.
+GPU_RATES: dict[str, GpuRates] = {r.key: r for r in (
+    GpuRates("B200", 8000, 2250, 4500, 9000, 900),
+    GpuRates("B300", 8000, 2250, 4500, 13500, 900),
+    GpuRates("GB200", 8000, 2500, 5000, 10000, 900),
+    GpuRates("GB300", 8000, 2500, 5000, 15000, 900),
+    GpuRates("RTXPRO6000BW", 1792, 503.8, 1007.6, 2015, 64),
+    GpuRates("RTX5090", 1792, 209.5, 419, 838, 64),
+    GpuRates("H200-NVL", 4800, 835, 1671, 0, 450),
+    GpuRates("H200", 4800, 989, 1979, 0, 450),
+    GpuRates("H100-NVL", 3900, 835, 1671, 0, 300),
+    GpuRates("H100-PCIE", 2000, 756, 1513, 0, 64),
+    GpuRates("H100-SXM", 3350, 989, 1979, 0, 450),
+    GpuRates("H800", 3350, 989, 1979, 0, 200),
+    GpuRates("H20", 4000, 148, 296, 0, 450),
+    GpuRates("GH200", 4000, 989, 1979, 0, 450),
+    GpuRates("A100-80", 2039, 312, 0, 0, 300),
+    GpuRates("A100-40", 1555, 312, 0, 0, 300),
+    GpuRates("A800-80", 2039, 312, 0, 0, 200),
+    GpuRates("A30", 933, 165, 0, 0, 100),
+    GpuRates("A40", 696, 149.7, 0, 0, 56),
+    GpuRates("A10G", 600, 125, 0, 0, 32),
+    GpuRates("A10", 600, 125, 0, 0, 32),
+    GpuRates("RTX3090", 936, 71, 0, 0, 56),
+    GpuRates("L40S", 864, 362, 733, 0, 32),
+    GpuRates("L40", 864, 181, 362, 0, 32),
+    GpuRates("L20", 864, 119.5, 239, 0, 32),
+    GpuRates("L4", 300, 121, 242, 0, 32),
+    GpuRates("RTX6000ADA", 960, 364, 728, 0, 32),
+    GpuRates("RTX4090", 1008, 165, 330, 0, 32),
+    GpuRates("RTX4080", 717, 97.5, 195, 0, 32),
+    GpuRates("T4", 320, 65, 0, 0, 16),
+    GpuRates("V100-32", 900, 125, 0, 0, 150),
+    GpuRates("V100", 900, 125, 0, 0, 150),
+    GpuRates("MI355X", 8000, 2516, 5033, 10066, 448),
+    GpuRates("MI325X", 6000, 1307.4, 2614.9, 0, 448),
+    GpuRates("MI300X", 5300, 1307.4, 2614.9, 0, 448),
+    GpuRates("MI250X", 1638, 191.5, 0, 0, 200),
+)}
+
+
+def gpu_rates(key: str) -> GpuRates | None:
+    """The performance rates of a catalogue key (``GpuSku.key``), or None for a GPU the table lacks."""
+    return GPU_RATES.get(key)
+
+
 def cc_tuple(cc: str) -> tuple[int, int]:
     """'9.0' -> (9, 0)."""
     major, _sep, minor = str(cc).partition(".")
