@@ -157,7 +157,9 @@ def expert_parallel_needs_moe(host: str, ctx: Mapping[str, Any]) -> list[str]:
 
 
 def eplb_needs_expert_parallel(host: str, ctx: Mapping[str, Any]) -> list[str]:
-    if _pin(ctx["args"], "enable_eplb") is not True or _pin(ctx["args"], "enable_expert_parallel") is True:
+    # Left unset, the planner turns EP on for EPLB ("required", planner/candidate.py expert_parallel); only a pinned
+    # false is what vLLM would refuse.
+    if _pin(ctx["args"], "enable_eplb") is not True or _pin(ctx["args"], "enable_expert_parallel") is not False:
         return []
     if not _is_moe(ctx["config"]):
         return []  # the planner refuses EPLB on a dense model with its own message

@@ -46,7 +46,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "serve_port_not_a_port": ("h200-a", r"h200-a: vllm_serve_port must be an integer port, got string '80x0'.*"
                                         r"h200-a: vllm_serve_restart_policy must be one of no, on-failure, always, "
                                         r"unless-stopped, got false \(YAML reads an unquoted no as false: quote it\)"),
-    "driver_too_old": ("t4-old", r"t4-old: No vLLM image runs on driver 535\.261\.03"),
+    # Issue 31: a data center T4 on R535 runs vLLM 0.32's CUDA 13.0 only through forward compatibility, which needs
+    # NVIDIA's cuda-compat files the inventory does not give: refused, with both fixes.
+    "driver_too_old": ("t4-old", r"t4-old: cu130: .*driver 535\.261\.03 < 580\.65\.06: CUDA 13\.0 through forward "
+                                 r"compatibility .*set vllm_image_cuda_compat_dir .*or upgrade the driver to >= 580\.65\.06"),
     "sku_mismatch": ("h200-a", r"h200-a: is in gpu_h100 \(expects a GPU matching 'H100'\) but discovery found NVIDIA H200"),
     "removed_env_var": ("h200-a", r"h200-a: vllm_fleet_env\.VLLM_USE_V1 is unknown to vLLM 0\.32"),
     "unknown_engine_arg": ("h200-a", r"h200-a: vllm_fleet_engine_args\.max_num_seq is not a vLLM 0\.32 engine "

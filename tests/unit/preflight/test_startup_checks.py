@@ -58,6 +58,8 @@ REFUSED = [
      "'Number of experts in the model must be greater than 0 when expert parallelism is enabled.'"),
     ("lora_cpu_below_loras", {"enable_lora": True, "max_loras": 4, "max_cpu_loras": 2}, {},
      "'max_cpu_loras (2) must be >= max_loras (4).'"),
+    ("eplb_with_ep_pinned_off", {"enable_eplb": True, "enable_expert_parallel": False, "tensor_parallel_size": 8},
+     {"vllm_fleet_model": FP8_MOE}, "h1: vLLM would refuse it: 'enable_expert_parallel must be True to use EPLB.'"),
     ("dcp_gqa", {"decode_context_parallel_size": 2, "tensor_parallel_size": 4}, {},
      "requires `--tensor-parallel-size` (4) to be greater than the model's total number of KV heads (8)"),
     ("cuda_visible_devices", {}, {"vllm_fleet_env": {"CUDA_VISIBLE_DEVICES": "0,1"}},
@@ -85,6 +87,8 @@ ACCEPTED = [
     ("expert_parallel_moe", {"enable_expert_parallel": True, "tensor_parallel_size": 8},
      {"vllm_fleet_model": FP8_MOE}),
     ("attention_backend_known", {"attention_backend": "FLASHINFER"}, {}),
+    # EP left unset: the planner turns it on for EPLB ("required"), so vLLM gets both
+    ("eplb_ep_left_to_the_planner", {"enable_eplb": True, "tensor_parallel_size": 8}, {"vllm_fleet_model": FP8_MOE}),
     ("lora_cpu_default", {"enable_lora": True, "max_loras": 4}, {}),
     ("vllm_port_clear", {}, {"vllm_fleet_env": {"VLLM_PORT": "29600"}}),
 ]
