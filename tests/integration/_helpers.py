@@ -87,3 +87,13 @@ def completion(port: int, model: str, *, api_key: str | None = None, max_tokens:
     assert resp.status == 200, f"HTTP {resp.status}: {data[:300]!r}"
     answer: dict[str, Any] = json.loads(data)
     return answer
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    """Per host, the counts of an ansible-playbook output's PLAY RECAP (ok, changed, failed, ...)."""
+    counts: dict[str, dict[str, int]] = {}
+    for line in out.split("PLAY RECAP")[-1].splitlines():
+        match = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if match:
+            counts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
+    return counts

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -26,6 +25,10 @@ from typing import Any
 
 import pytest
 import yaml
+
+from .._helpers import recap
+
+__all__ = ["recap"]  # the deploy tests import it from here
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = ROOT / ".venv" / "bin"
@@ -47,15 +50,6 @@ ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "d
 EXTRA_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 API_KEY = "vf-lab-" + os.urandom(12).hex()
 VAULT_PASSWORD = "vf-lab-vault-" + os.urandom(6).hex()
-
-
-def recap(out: str) -> dict[str, dict[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for line in out.split("PLAY RECAP")[-1].splitlines():
-        match = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if match:
-            counts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
-    return counts
 
 
 def docker(*args: str) -> str:

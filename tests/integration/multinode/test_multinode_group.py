@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from .._helpers import completion
+from .._helpers import recap as _recap
 
 pytestmark = pytest.mark.integration
 
@@ -62,15 +63,6 @@ def _inspect(name: str) -> dict[str, Any]:
 
 def _containers() -> list[str]:
     return sorted(_docker("ps", "-a", "--filter", "name=^vf-mn-", "--format", "{{.Names}}").split())
-
-
-def _recap(out: str) -> dict[str, dict[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for line in out.split("PLAY RECAP")[-1].splitlines():
-        match = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if match:
-            counts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
-    return counts
 
 
 class GroupLab:

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration._helpers import docker, free_port
+from tests.integration._helpers import docker, free_port, recap
 
 pytestmark = pytest.mark.integration
 
@@ -117,15 +117,6 @@ def model_files(seed: int) -> dict[str, bytes]:
     files = {name: (text if isinstance(text, bytes) else str(text).encode()) for name, text in build_tiny_model().items()}
     files["weights.bin"] = random.Random(seed).randbytes(WEIGHTS)
     return files
-
-
-def recap(out: str) -> dict[str, dict[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for line in out.split("PLAY RECAP")[-1].splitlines():
-        match = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if match:
-            counts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
-    return counts
 
 
 def on_host(host: str, command: str) -> str:
