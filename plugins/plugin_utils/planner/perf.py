@@ -87,9 +87,14 @@ class Workload:
     max_concurrency: int | None = None
     request_rate: float = math.inf
     seed: int = 0
+    # The exact (prompt, output) tokens of each request, when a published result lists them (``input_lens`` and
+    # ``output_lens`` of a ``--save-result`` file): replayed instead of the dataset's distribution.
+    pairs: tuple[tuple[int, int], ...] = ()
 
     def lengths(self) -> list[tuple[int, int]]:
         """(prompt, output) tokens per request, in send order."""
+        if self.pairs:
+            return [(max(1, p), max(1, o)) for p, o in self.pairs]
         if self.dataset == "random":
             return [(self.input_len, self.output_len)] * self.num_prompts
         if self.dataset != "sharegpt":

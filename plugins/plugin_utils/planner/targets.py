@@ -38,8 +38,9 @@ from .headroom import utilization
 from .perf import PerfError, Workload, load_workload, predict, target_misses
 from .scheduler import Schedule, schedule
 
-#: max_num_seqs values tried (from 16 on, multiples of 8: CUDA-graph capture sizes, scheduler.CUDA_GRAPH_SIZE_STEP).
-SEQS_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+#: max_num_seqs values tried: powers of two and 1.5 x powers of two from 1 to 1024 (from 16 on multiples of 8,
+#: CUDA-graph capture sizes, scheduler.CUDA_GRAPH_SIZE_STEP).
+SEQS_LADDER = tuple(sorted({2**i for i in range(11)} | {3 * 2**i for i in range(3, 9)}))
 #: max_num_batched_tokens values tried: vLLM's own defaults (2048 small tier, 8192 large, 16384 large offline;
 #: rules.scheduler_defaults) and the step between.
 TOKENS_LADDER = (2048, 4096, 8192, 16384)
