@@ -339,20 +339,22 @@ def _tp_reason(g: GpuInputs, top: Trial, per_tp: dict[int, tuple[Trial, list[Tri
         return f"set by you; divides the attention heads; {head}predicted {top.figures_text()}"
     others = [(tp, v[0]) for tp, v in sorted(per_tp.items()) if tp != top.tp]
     missing = [(tp, t) for tp, t in others if t.misses]
-    meeting = [tp for tp, t in others if not t.misses]
+    # a layout that would serve as much or more per GPU, kept out only by a target: that target bound TP
+    rivals = [(tp, t) for tp, t in missing if t.per_gpu >= (1 - TIE_FRACTION) * top.per_gpu]
     if not top.ok:
         why = "no layout meets the targets; this one comes closest"
-    elif missing and not any(tp < top.tp for tp in meeting):
-        tp, t = max(missing, key=lambda x: x[0] if x[0] < top.tp else -x[0])
-        why = f"{_binding(t)} binds: TP {tp} at its best predicts {t.misses_text(targets)}"
+    elif rivals:
+        tp, t = max(rivals, key=lambda x: x[1].per_gpu)
+        why = (f"{_binding(t)} binds: TP {tp} would serve {t.per_gpu:,.0f} tok/s per GPU but at its best predicts "
+               f"{t.misses_text(targets)}")
     elif missing:
         tp, t = missing[-1]
         why = (f"the most throughput per GPU of the layouts that meet them (TP {tp} misses: "
                f"{t.misses_text(targets)})")
     else:
         why = "no target binds TP: the most throughput per GPU of the layouts that meet them"
-    compared = ", ".join(f"TP {tp}: {t.per_gpu:,.0f} tok/s per GPU" + (" (misses)" if t.misses else "")
-                         for tp, t in others)
+    compared = ", ".join(f"TP {tp}: {t.per_gpu:,.0f} tok/s per GPU" + (
+        f" (misses {', '.join(TARGET_NAMES[k] for k in t.misses)})" if t.misses else "") for tp, t in others)
     tried = f"; compared {compared}" if compared else ""
     return (f"{head}{why}{tried}; TP {top.tp} x {top.replicas} replica(s): {top.figures_text()}; divides "
             f"{spec.num_heads} heads")

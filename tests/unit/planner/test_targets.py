@@ -66,7 +66,8 @@ def test_tpot_target_binds_tp() -> None:
     # target needs TP 2; the reason names the target and TP 1's miss. A loose target lets no target bind TP.
     tight = _plan(LLAMA8B, 2, {"p99_ttft_ms": 1000, "p99_tpot_ms": 6, "request_rate": 2})
     assert tight["parallel"]["tensor_parallel_size"] == 2
-    assert "p99 TPOT target binds: TP 1 at its best predicts p99 TPOT" in tight["reasons"]["tensor-parallel-size"]
+    assert "p99 TPOT target binds: TP 1 would serve" in tight["reasons"]["tensor-parallel-size"]
+    assert "at its best predicts p99 TPOT" in tight["reasons"]["tensor-parallel-size"]
     assert tight["performance"]["targets"]["met"]
     tp1 = _plan(LLAMA8B, 2, {"p99_ttft_ms": 1000, "p99_tpot_ms": 6, "request_rate": 2},
                 engine_args={"tensor-parallel-size": 1})
@@ -84,6 +85,11 @@ def test_70b_tpot_target_needs_more_than_tp2() -> None:
     assert plan["parallel"]["tensor_parallel_size"] in (4, 8)
     assert "TP 2 misses: p99 TPOT" in plan["reasons"]["tensor-parallel-size"]
     assert 141e9 / 2 / H100_BW * 1000 > 20
+    # 64 clients: TP 8 would serve more per GPU but queues the first tokens past 2 s; the TTFT target keeps TP 4
+    busy = _plan(LLAMA70B, 8, {"p99_ttft_ms": 2000, "p99_tpot_ms": 30, "max_concurrency": 64})
+    assert busy["parallel"]["tensor_parallel_size"] == 4 and busy["parallel"]["replicas"] == 2
+    assert "p99 TTFT target binds: TP 8 would serve" in busy["reasons"]["tensor-parallel-size"]
+    assert busy["performance"]["targets"]["met"] and busy["performance"]["workload"]["max_concurrency"] == 32
 
 
 def test_impossible_targets_say_the_best_it_can_do() -> None:
