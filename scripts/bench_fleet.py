@@ -34,10 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("reports", type=Path, nargs="+", help="bench_report.py outputs (JSON object or list per file)")
     p.add_argument("--out", type=Path, required=True, help="directory for fleet.json and fleet.md")
     p.add_argument("--threshold", type=float, default=pv.DEFAULT_OUTLIER_THRESHOLD)
+    p.add_argument("--max-noise", type=float, default=pv.DEFAULT_MAX_NOISE,
+                   help="most of a gap the repeats' own spread may excuse (as benchmark_max_noise)")
     args = p.parse_args(argv)
     try:
         records = _records(args.reports)
-        result = pv.outliers(records, args.threshold)
+        result = pv.outliers(records, args.threshold, args.max_noise)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"bench_fleet: {exc}", file=sys.stderr)
         return 2

@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe.bench import METRICS
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe.bench import DEFAULT_MAX_NOISE, METRICS
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import (
     PerfError,
     Workload,
@@ -105,14 +105,18 @@ def _differences(host: Mapping[str, Any], twins: list[Mapping[str, Any]]) -> lis
     return lines
 
 
-def outliers(records: list[Mapping[str, Any]], threshold: float = DEFAULT_OUTLIER_THRESHOLD) -> dict[str, Any]:
+def outliers(records: list[Mapping[str, Any]], threshold: float = DEFAULT_OUTLIER_THRESHOLD,
+             max_noise: float = DEFAULT_MAX_NOISE) -> dict[str, Any]:
     """Hosts measured well below their identical twins (same SKU group, same plan hash).
 
     ``records``: one per host endpoint, ``{host, sku_group, plan_hash, summary, gpus}`` (``summary`` as
     observe/bench.py ``summarize`` makes it, ``gpus`` the host's gpu_facts GPU list, [] on the CPU lane). A host is
     flagged when, at a concurrency level it shares with at least one twin, its output throughput is below
-    ``(1 - threshold)`` x the median of its twins' there (each host against the others, so two twins can be told
-    apart only by that margin). Returns the groups compared and the flagged hosts with what differs.
+    ``(1 - limit)`` x the median of its twins' there (each host against the others, so two twins can be told apart
+    only by that margin). The limit is the threshold, widened to the repeats' own spread of the host or a twin at
+    that level ((max - min) / median of the output throughput, benchmark_repeats > 1) and never beyond ``max_noise``:
+    the rule observe/bench.py applies to a regression, so two runs that differ by their own noise are not outliers.
+    Returns the groups compared and the flagged hosts with what differs.
     """
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for rec in records:
@@ -132,16 +136,20 @@ def outliers(records: list[Mapping[str, Any]], threshold: float = DEFAULT_OUTLIE
                     continue
                 ref = statistics.median(theirs)
                 mine = row["output_throughput"]
-                if ref > 0 and mine < (1 - threshold) * ref:
+                spreads = [float(r.get("output_throughput_spread", 0.0)) for r in
+                           (row, *(t["summary"][level] for t in twins if level in t["summary"]))]
+                limit = max(threshold, min(max_noise, max(spreads)))
+                if ref > 0 and mine < (1 - limit) * ref:
                     slow.append({"concurrency": int(level), "output_throughput": round(mine, 2),
-                                 "twins_median": round(ref, 2), "change": round(mine / ref - 1, 3)})
+                                 "twins_median": round(ref, 2), "change": round(mine / ref - 1, 3),
+                                 "limit": round(limit, 3)})
             if slow:
                 diffs = _differences(host, twins)
                 flagged.append({"host": host["host"], "sku_group": sku, "plan_hash": plan_hash, "levels": slow,
                                 "differs": diffs or ["no compared fact differs (" + (
                                     "no GPU facts on the CPU lane" if not host.get("gpus") else
                                     "clocks, power, ECC, driver equal; PCIe link and XID not in the facts") + ")"]})
-    return {"threshold": threshold, "groups": compared, "outliers": flagged}
+    return {"threshold": threshold, "max_noise": max_noise, "groups": compared, "outliers": flagged}
 
 
 def render_markdown(result: Mapping[str, Any], ratios_by_host: Mapping[str, Mapping[str, Any]]) -> str:
@@ -158,12 +166,13 @@ def render_markdown(result: Mapping[str, Any], ratios_by_host: Mapping[str, Mapp
                 f"{cells[m]:.2f}" if m in cells else "-" for m in ("output_throughput", "p50_ttft_ms", "p99_ttft_ms",
                                                                     "p50_e2el_ms")) + " |")
     lines += ["", f"Outliers (output throughput more than {result['threshold']:.0%} below the median of identical "
-              "hosts: same SKU group, same plan):", ""]
+              "hosts, same SKU group and plan; the limit widens to the repeats' own spread, up to "
+              f"{result['max_noise']:.0%}):", ""]
     if not result["outliers"]:
         lines.append("none")
     for item in result["outliers"]:
         levels = ", ".join(f"c={x['concurrency']}: {x['output_throughput']} vs {x['twins_median']} tok/s "
-                           f"({x['change']:+.0%})" for x in item["levels"])
+                           f"({x['change']:+.0%}, limit {x['limit']:.0%})" for x in item["levels"])
         lines.append(f"- **{item['host']}** ({item['sku_group']}, plan {item['plan_hash']}): {levels}; differs: "
                      + "; ".join(item["differs"]))
     return "\n".join(lines) + "\n"

@@ -88,12 +88,19 @@ def test_a_slow_host_among_identical_ones_is_flagged_with_what_differs() -> None
     assert [o["host"] for o in result["outliers"]] == ["c"]
     (c,) = result["outliers"]
     # median of the twins a, b, d at c=16 is 1000: 600 is -40 %, beyond the 15 % threshold; c=1 likewise
-    assert [(x["concurrency"], x["twins_median"], x["change"]) for x in c["levels"]] == [(1, 100.0, -0.4),
-                                                                                         (16, 1000.0, -0.4)]
+    assert [(x["concurrency"], x["twins_median"], x["change"], x["limit"]) for x in c["levels"]] == [
+        (1, 100.0, -0.4, 0.15), (16, 1000.0, -0.4, 0.15)]
     assert c["differs"] == ["sm_clock_max_mhz 1410 (twins: 1980)"]
     assert {"sku_group": "gpu_h100", "plan_hash": "p2", "hosts": ["x"]} in result["groups"]
-    # within the threshold: nobody flagged (b is 2 % below the median)
+    # within the threshold: nobody flagged (b is 10 % below the median)
     assert pv.outliers([_host("a", 1000.0), _host("b", 900.0), _host("d", 1010.0)])["outliers"] == []
+    # the repeats' own spread widens the limit (as for a regression): 30 % apart with a 40 % spread is noise ...
+    noisy = [_host("a", 1000.0), _host("b", 700.0), _host("d", 1000.0)]
+    noisy[1]["summary"]["16"]["output_throughput_spread"] = 0.4
+    assert [x["concurrency"] for x in pv.outliers(noisy)["outliers"][0]["levels"]] == [1]
+    # ... but never beyond max_noise (50 %): half the twins' throughput is a finding at any spread
+    noisy[1]["summary"]["16"].update(output_throughput=400.0, output_throughput_spread=3.0)
+    assert 16 in [x["concurrency"] for x in pv.outliers(noisy)["outliers"][0]["levels"]]
 
 
 def test_cpu_twins_are_compared_measured_only() -> None:
