@@ -14,7 +14,7 @@ With ``--model-config`` (the model directory or config.json on the controller) a
 ``--input-len`` / ``--output-len`` / ``--prompts-per-level``, each level is stored beside the performance model's
 prediction for the same workload and the ratio measured / predicted (``observe/predicted.py``); a CPU-lane plan is
 measured only, with the reason. ``--sku-group`` and ``--gpus-json`` (the host's gpu_facts GPUs) go into the output
-for ``scripts/bench_fleet.py``, which compares identical hosts.
+for ``scripts/bench_twins.py``, which compares identical hosts.
 """
 
 from __future__ import annotations

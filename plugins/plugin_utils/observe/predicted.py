@@ -3,7 +3,7 @@
 ``playbooks/benchmark.yml`` measures each endpoint with vLLM's own serving benchmark; ``scripts/bench_report.py``
 stores each level's result beside :func:`predict_levels`, the performance model's figures for the same workload
 (random prompts of the benchmark's input/output length, ``--max-concurrency C``, the same number of prompts), and
-the ratio measured / predicted per metric (:func:`ratios`). ``scripts/bench_fleet.py`` then groups the hosts that
+the ratio measured / predicted per metric (:func:`ratios`). ``scripts/bench_twins.py`` then groups the hosts that
 are identical by what decides their speed, the SKU group and the plan hash, and flags a host whose measured output
 throughput is more than the threshold below the median of its twins at a level they share, with the GPU facts in
 which it differs from them (:func:`outliers`).

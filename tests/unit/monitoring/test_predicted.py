@@ -1,4 +1,4 @@
-"""Measured beside predicted (scripts/bench_report.py) and outliers among identical hosts (scripts/bench_fleet.py,
+"""Measured beside predicted (scripts/bench_report.py) and outliers among identical hosts (scripts/bench_twins.py,
 observe/predicted.py), on synthetic `vllm bench serve` results: no server."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf impo
 
 ROOT = Path(__file__).resolve().parents[3]
 REPORT = ROOT / "scripts" / "bench_report.py"
-FLEET = ROOT / "scripts" / "bench_fleet.py"
+FLEET = ROOT / "scripts" / "bench_twins.py"
 LLAMA8B = ROOT / "tests/fixtures/planner/models/llama-3.1-8b"
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -109,7 +109,7 @@ def test_cpu_twins_are_compared_measured_only() -> None:
     assert slow["host"] == "cpu-b" and "no GPU facts on the CPU lane" in slow["differs"][0]
 
 
-def test_bench_fleet_writes_the_report(tmp_path: Path) -> None:
+def test_bench_twins_writes_the_report(tmp_path: Path) -> None:
     reports = [dict(_host("a", 1000.0), ratio={"16": {"output_throughput": 0.5}}, prediction_note=""),
                dict(_host("b", 1000.0), ratio={}, prediction_note=pv.CPU_LANE_WHY),
                dict(_host("c", 500.0), ratio={}, prediction_note="")]
