@@ -323,7 +323,23 @@ def layout_prediction(obs: dict[str, Any], config: dict[str, Any]) -> tuple[int,
     available = int(float(obs["observed"]["available_kv_gib"]) * 1024**3)
     blocks = available // layout.bytes_per_block
     concurrency = blocks / layout.blocks_per_request
-    return int(concurrency * max_len), concurrency, layout.block_size, architecture_kind(spec)
+    return logged_tokens(obs, layout, blocks, concurrency), concurrency, layout.block_size, architecture_kind(spec)
+
+
+#: The first release whose "GPU KV cache size" is int(max_concurrency x max_model_len) (0.22.0
+#: v1/core/kv_cache_utils.py:1724-1731, the comment there names the formula it replaced). Before it (the 0.19.0 line
+#: vllm-project/vllm#40691 quotes from kv_cache_utils.py:1319, PR #38364) the line printed
+#: num_blocks // len(kv_cache_groups) x min block size: for a hybrid model a different figure from the concurrency
+#: line's. Observed here: the 0.13.0 / 0.19.x logs follow the old formula, a 0.20.1rc1 build the new one.
+TOKENS_FROM_CONCURRENCY = (0, 20, 0)
+
+
+def logged_tokens(obs: dict[str, Any], layout: Any, blocks: int, concurrency: float) -> int:
+    """The "GPU KV cache size" the observation's vLLM release prints for ``blocks`` blocks of ``layout``."""
+    if parse_version(_version(str(obs["vllm_version"]))) >= TOKENS_FROM_CONCURRENCY:
+        return int(concurrency * int(obs["max_model_len"]))
+    groups = sum(n for _kind, n, _blocks in layout.groups) or 1
+    return blocks // groups * layout.block_size
 
 
 def evaluate_layout(observations: list[dict[str, Any]], base: Path) -> list[LayoutResult]:
