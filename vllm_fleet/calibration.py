@@ -24,6 +24,7 @@ from typing import Any
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import lookup_gpu
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.memory import (
+    KvLayout,
     kind_counts,
     kv_layout,
     state_blocks_per_request,
@@ -334,7 +335,7 @@ def layout_prediction(obs: dict[str, Any], config: dict[str, Any]) -> tuple[int,
 TOKENS_FROM_CONCURRENCY = (0, 20, 0)
 
 
-def logged_tokens(obs: dict[str, Any], layout: Any, blocks: int, concurrency: float) -> int:
+def logged_tokens(obs: dict[str, Any], layout: KvLayout, blocks: int, concurrency: float) -> int:
     """The "GPU KV cache size" the observation's vLLM release prints for ``blocks`` blocks of ``layout``."""
     if parse_version(_version(str(obs["vllm_version"]))) >= TOKENS_FROM_CONCURRENCY:
         return int(concurrency * int(obs["max_model_len"]))
