@@ -123,3 +123,26 @@ def test_the_planner_builds_the_logged_layout_for_a_hybrid_with_mtp() -> None:
     groups = result["reasons"]["kv-cache-groups"]
     assert groups.startswith("mamba 3 groups x 5 blocks, full 1 group x 164 blocks per request; 17 layers per group")
     assert "+ 3 speculative blocks" in groups and "conv 5120x6" in groups
+
+
+def test_window_tail_follows_the_release() -> None:
+    """A sliding-window group holds the window plus one batch before vLLM 0.26 (0.25.0 kv_cache_interface.py:561) and
+    plus every in-flight batch from 0.26 (max_in_flight_tokens: 2 batches under async scheduling at PP 1): gpt-oss-20b's
+    128-token window, 8192 batched tokens, 131072 max len."""
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import parse_model_config
+
+    from vllm_fleet.calibration import in_flight_tokens
+
+    config = json.loads((FIXTURES / "planner" / "checkpoints" / "gpt-oss-20b" / "config.json").read_text())
+    spec = parse_model_config(config)
+    base = {"max_num_batched_tokens": 8192, "max_model_len": 131072}
+    old, new = dict(base, vllm_version="0.25.0"), dict(base, vllm_version="0.26.0")
+    assert (in_flight_tokens(old), in_flight_tokens(new), in_flight_tokens(dict(new, pp=4))) == (8192, 16384, 32768)
+    blocks = {}
+    for obs in (old, new):
+        layout = kv_layout(spec, kind_counts(spec.layer_kinds), 1, 2, 16, 131072, in_flight_tokens(obs))
+        blocks[obs["vllm_version"]] = dict((k, b) for k, _n, b in layout.groups)
+    window = spec.sliding_window
+    assert blocks["0.25.0"]["sliding"] == math.ceil((window - 1 + 8192) / 16) + 1
+    assert blocks["0.26.0"]["sliding"] == math.ceil((window - 1 + 16384) / 16) + 1
+    assert blocks["0.25.0"]["full"] == blocks["0.26.0"]["full"] == 131072 // 16
