@@ -5,8 +5,9 @@ memory" and "GPU KV cache size" of a real start-up (URL and verbatim lines in th
 its ``inferred``). The layout alone (groups, the aligned attention block, padded state pages, align-mode state
 blocks) must turn that memory into the logged tokens; run through ``vllm-fleet calibrate --kv-layout`` as a user
 would. Kinds in the set: gated-delta hybrids (3 logs), Mamba2 hybrids (Nemotron-3-Nano-30B architecture, 2 logs),
-multimodal (Qwen3-VL, 2 logs). Kinds without a public log that prints both lines and a verbatim config (Jamba, LFM2
-short conv, chunked local, sliding window, DeepSeek-V3.2 sparse) are not in this set: docs/sizing.md §6 says so.
+multimodal (Qwen3-VL, 2 logs), sliding window (Gemma-4-26B-A4B, 2 logs). Kinds without a public log that prints both
+lines and a verbatim config (Jamba, LFM2 short conv, chunked local, DeepSeek-V3.2 sparse) are not in this set:
+docs/sizing.md §6 says so.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ OBSERVATIONS = [json.loads(line) for line in DATA.read_text().splitlines() if li
 
 #: The kind each observation is reported under (a kind the layout mis-reads fails here first).
 KINDS = {"club3090": "hybrid gated-delta", "cascade2": "hybrid mamba2", "ascend": "multimodal",
-         "rtx3090x4": "multimodal"}
+         "rtx3090x4": "multimodal", "gemma4wsl": "sliding window"}
 
 
 def test_every_observation_names_its_evidence_and_real_config() -> None:
@@ -81,9 +82,11 @@ def test_calibrate_cli_reports_median_and_worst_per_kind(capsys) -> None:
     assert "hybrid gated-delta: 3 cases, median |error| 0.0%, worst +0.0%" in out
     assert "hybrid mamba2: 2 cases, median |error| 0.0%, worst +0.0%" in out
     assert "multimodal: 2 cases, median |error| 0.1%, worst +0.2%" in out
+    assert "sliding window: 2 cases, median |error| 0.1%, worst -0.1%" in out
     assert main(["calibrate", str(DATA), "--kv-layout", "--json"]) == 0
     by_kind = json.loads(capsys.readouterr().out)["by_kind"]
-    assert {k: f["cases"] for k, f in by_kind.items()} == {"hybrid gated-delta": 3, "hybrid mamba2": 2, "multimodal": 2}
+    assert {k: f["cases"] for k, f in by_kind.items()} == {"hybrid gated-delta": 3, "hybrid mamba2": 2, "multimodal": 2,
+                                                          "sliding window": 2}
     assert all(abs(f["worst_error"]) < 0.005 for f in by_kind.values())
 
 
@@ -146,3 +149,22 @@ def test_window_tail_follows_the_release() -> None:
     assert blocks["0.25.0"]["sliding"] == math.ceil((window - 1 + 8192) / 16) + 1
     assert blocks["0.26.0"]["sliding"] == math.ceil((window - 1 + 16384) / 16) + 1
     assert blocks["0.25.0"]["full"] == blocks["0.26.0"]["full"] == 131072 // 16
+
+
+def test_gemma4_full_layers_get_their_own_page_and_a_raised_block() -> None:
+    """Gemma-4-26B-A4B at fp8: sliding layers 8 KV heads x 256 (4096 B a token), full layers (attention_k_eq_v) 2 global
+    KV heads x 512 (2048 B): vLLM raises the full layers' block to 32 tokens so both pages are 64 KiB
+    (unify_kv_cache_spec_page_size), and groups 5 full + 25 sliding layers in groups of 5. Read as one shape the full
+    layers would count 8 x 256 and the 0.20 log's concurrency would come out 0.70x instead of the logged 1.12x."""
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import parse_model_config
+
+    obs = next(o for o in OBSERVATIONS if o["id"].startswith("gemma4wsl-v0202"))
+    spec = parse_model_config(json.loads((DATA.parent / obs["config"]).read_text()))
+    assert spec.full_kv == (2, 512) and (spec.num_kv_heads, spec.head_dim) == (8, 256)
+    assert spec.kind_kv_bytes_per_token("full", 1, 1) == 2048 and spec.kind_kv_bytes_per_token("sliding", 1, 1) == 4096
+    layout = kv_layout(spec, kind_counts(spec.layer_kinds), 1, 1, 16, 256000, 16384)
+    sliding = math.ceil((1023 + 16384) / 16) + 1
+    assert dict((k, (n, b)) for k, n, b in layout.groups) == {"sliding": (5, sliding), "full": (1, 256000 // 32)}
+    assert layout.bytes_per_block == 5 * 16 * 4096 and layout.group_size == 5
+    _tokens, concurrency, _block, _kind = layout_prediction(obs, json.loads((DATA.parent / obs["config"]).read_text()))
+    assert round(concurrency, 2) == obs["observed"]["max_concurrency"] == 1.12
