@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .layer_kinds import LayerKindError, StateShape, dtype_bytes, layer_kinds, state_shape
+from .layer_kinds import LayerKindError, StateShape, dtype_bytes, full_attention_kv, layer_kinds, state_shape
 from .multimodal import VisionSpec, parse_vision
 from .quant_formats import QuantFormatError, Quantization, parse_quantization
 
@@ -48,6 +48,9 @@ class ModelSpec:
     layer_kinds: tuple[str, ...]  # per layer: "full", "sliding", "chunked", "mamba", "mlp" (layer_kinds.py)
     sliding_window: int = 0
     attention_chunk_size: int = 0  # Llama-4 chunked local attention (the "chunked" layers)
+    # (KV heads, head dim) of the full-attention layers when they differ from the others' (Gemma-4: global_head_dim,
+    # num_global_key_value_heads; layer_kinds.full_attention_kv), None when every attention layer has the same shape
+    full_kv: tuple[int, int] | None = None
     # Nemotron-H: every layer is ONE block (a mixer or an MLP/MoE), not attention + MLP
     single_block_layers: bool = False
     state: StateShape | None = None  # the state layers' cache shape (layer_kinds.state_shape), None without any
@@ -104,6 +107,14 @@ class ModelSpec:
         if self.mla:  # latent cache, not split by TP
             return (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
         return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * kv_dtype_bytes
+
+    def kind_kv_bytes_per_token(self, kind: str, tp: int, kv_dtype_bytes: int) -> int:
+        """KV bytes one token takes in one layer of ``kind`` on one GPU: a full-attention layer of its own shape
+        (``full_kv``, Gemma-4) or :meth:`kv_bytes_per_token_layer`."""
+        if kind == "full" and self.full_kv is not None:
+            heads, dim = self.full_kv
+            return 2 * max(1, heads // tp) * dim * kv_dtype_bytes
+        return self.kv_bytes_per_token_layer(tp, kv_dtype_bytes)
 
     # --- parameter counts (for weight bytes when no safetensors index is given) -----------------
     def attention_params_per_layer(self, tp: int = 1) -> tuple[float, float]:
@@ -352,6 +363,7 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         torch_dtype=dtype,
         layer_kinds=kinds,
         sliding_window=window,
+        full_kv=full_attention_kv(cfg, shape.num_kv_heads, shape.head_dim) if "full" in kinds else None,
         attention_chunk_size=int(cfg.get("attention_chunk_size") or 0) if "chunked" in kinds else 0,
         single_block_layers="mlp" in kinds,
         state=state,
