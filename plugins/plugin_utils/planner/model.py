@@ -76,6 +76,10 @@ class ModelSpec:
     # ``num_nextn_predict_layers``, ``mtp_num_hidden_layers``): loaded only under speculative decoding (method mtp).
     mtp_layers: int = 0
     draft_vocab_size: int = 0  # an EAGLE-3 head's own output vocabulary (``draft_vocab_size``), 0 if none
+    # Gemma 4: its full-attention layers have their own head size and KV heads (``global_head_dim``,
+    # ``num_global_key_value_heads``); 0 = the same as the other layers. vLLM 0.32 models/gemma4.py:577-590.
+    full_attn_head_dim: int = 0
+    full_attn_kv_heads: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -106,8 +110,14 @@ class ModelSpec:
         return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * kv_dtype_bytes
 
     # --- parameter counts (for weight bytes when no safetensors index is given) -----------------
-    def attention_params_per_layer(self, tp: int = 1) -> tuple[float, float]:
-        """(split-by-TP params, replicated params) of one attention layer on one GPU."""
+    def attention_params_per_layer(self, tp: int = 1, kind: str = "") -> tuple[float, float]:
+        """(split-by-TP params, replicated params) of one attention layer (of layer kind ``kind``) on one GPU.
+
+        Gemma 4's full-attention layers use ``global_head_dim`` and ``num_global_key_value_heads`` (vLLM 0.32
+        models/gemma4.py:577-590, ``per_layer_config``); with ``attention_k_eq_v`` the checkpoint ships no v_proj
+        there but vLLM's QKVParallelLinear still allocates the V slot and loads K into it (gemma4.py:90-118,
+        :419-425), so the GPU holds q, k, v and o as counted here.
+        """
         h = self.hidden_size
         if self.mla:
             rope, nope, v = self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
@@ -120,10 +130,13 @@ class ModelSpec:
             q_a = h * self.q_lora_rank if self.q_lora_rank else 0
             split = (q - q_a + kv_b + o) / tp
             return split, float(kv_a + q_a)
-        q = h * self.num_heads * self.head_dim
-        o = self.num_heads * self.head_dim * h
-        kv_per_head = 2 * h * self.head_dim
-        kv = kv_per_head * self.kv_heads_per_gpu(tp)
+        head_dim, kv_heads = self.head_dim, self.kv_heads_per_gpu(tp)
+        if kind == "full" and self.full_attn_head_dim:
+            head_dim = self.full_attn_head_dim
+            kv_heads = max(1, (self.full_attn_kv_heads or self.num_kv_heads) // tp)
+        q = h * self.num_heads * head_dim
+        o = self.num_heads * head_dim * h
+        kv = 2 * h * head_dim * kv_heads
         return (q + o) / tp + kv, 0.0
 
     def mlp_params_per_layer(self, layer: int, tp: int = 1, expert_shards: int | None = None) -> tuple[float, float]:
@@ -375,6 +388,8 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         quantization=_quantization(outer if "quantization_config" in outer else cfg),
         mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
         draft_vocab_size=int(cfg.get("draft_vocab_size") or 0),
+        full_attn_head_dim=int(cfg.get("global_head_dim") or 0) if "full" in kinds else 0,
+        full_attn_kv_heads=int(cfg.get("num_global_key_value_heads") or 0) if "full" in kinds else 0,
     )
 
 
@@ -522,7 +537,7 @@ def _layer_bytes(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: boo
     elif kind == "mamba":
         total = spec.mamba_params_per_layer(tp) * mixer_b
     else:
-        split, repl = spec.attention_params_per_layer(tp)
+        split, repl = spec.attention_params_per_layer(tp, kind)
         total = (split + repl) * mixer_b
     if spec.single_block_layers and kind != "mlp":  # Nemotron-H mixer block: no MLP
         return total + spec.hidden_size * dense_bytes
