@@ -300,12 +300,17 @@ class _Moe(NamedTuple):
 def _moe(cfg: dict[str, Any], intermediate: int) -> _Moe:
     """Routed experts, top-k, expert and shared-expert MLP sizes, leading dense layers (all 0 when dense)."""
     num_experts = int(_get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0)
-    experts_per_tok = int(_get(cfg, "num_experts_per_tok", "moe_topk", "top_k", default=0) or 0)
+    experts_per_tok = int(_get(cfg, "num_experts_per_tok", "moe_topk", "top_k", "top_k_experts", default=0) or 0)
     moe_inter = int(_get(cfg, "moe_intermediate_size", default=0) or (intermediate if num_experts else 0))
     shared_inter = int(_get(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
                             default=0) or 0)
     if not shared_inter and cfg.get("n_shared_experts"):
         shared_inter = int(cfg["n_shared_experts"]) * moe_inter
+    if not shared_inter and num_experts and cfg.get("enable_moe_block"):
+        # Gemma 4 MoE: every layer keeps its dense MLP (intermediate_size) beside the router and the experts
+        # (vLLM 0.32 models/gemma4.py:609-614 ``self.mlp``, :630-653 ``self.router`` / ``self.experts``): always active,
+        # it weighs like a shared expert.
+        shared_inter = intermediate
     dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0)
     return _Moe(num_experts, experts_per_tok, moe_inter, shared_inter, dense_layers)
 
@@ -499,6 +504,13 @@ _MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "shared": ("{p}.mlp.shared_experts.gate_proj", "{p}.mlp.shared_expert.gate_proj", "{p}.mlp.shared_experts",
                "{p}.mlp.shared_expert", "{p}.mixer.shared_experts.up_proj", "{p}.mixer.shared_experts"),
 }
+#: Module names that differ by model type. Gemma 4's routed experts are ``layers.N.experts`` beside its dense
+#: ``layers.N.mlp`` (vLLM 0.32 models/gemma4.py:609-614, :646-653), so a ModelOpt ``layers.N.mlp*`` exclusion keeps
+#: the dense MLP unquantized, not the experts.
+_MODULE_NAMES_BY_TYPE: dict[str, dict[str, tuple[str, ...]]] = {
+    model_type: {"experts": ("{p}.experts",), "shared": ("{p}.mlp.gate_proj", "{p}.mlp.down_proj")}
+    for model_type in ("gemma4", "gemma4_text")
+}
 #: Checkpoints whose decoder layers live under another prefix (vLLM's model file names them so): Nemotron-H's
 #: ``backbone.layers.{i}.mixer.*`` (models/nemotron_h.py:588-616), the names its ModelOpt exclude_modules use.
 _LAYER_PREFIX = {"nemotron_h": "backbone.layers.{layer}"}
@@ -516,7 +528,8 @@ def layer_module_bytes(spec: ModelSpec, q: Quantization, layer: int, kind: str,
         prefix = _LAYER_PREFIX[spec.model_type].format(layer=layer)
 
     def rate(group: str) -> float:
-        names = tuple(n.format(p=prefix) for n in _MODULE_NAMES[group])
+        patterns = _MODULE_NAMES_BY_TYPE.get(spec.model_type, {}).get(group, _MODULE_NAMES[group])
+        names = tuple(n.format(p=prefix) for n in patterns)
         if q.experts_only and group != "experts":
             return float(dense_bytes)
         return q.module_bytes(names, dense_bytes)

@@ -82,6 +82,8 @@ RELEASE = Release(
                                                         "layer_config = config.per_layer_config[layer_idx]"),
             "weights:gemma4_k_eq_v_v_slot": Source("vllm/model_executor/models/gemma4.py", 421, 423,
                                                    "k_eq_v layers load K weights into both K and V slots via"),
+            "weights:gemma4_mlp_beside_experts": Source("vllm/model_executor/models/gemma4.py", 630, 630,
+                                                        'self.enable_moe_block = getattr(config, "num_experts", None) is not None'),
             # bitsandbytes left core vLLM: its quant_method is not a known method (precision.py refuses it).
             "quant:bitsandbytes_not_in_core": Source("vllm/config/model.py", 1465, 1468,
                                                      'f"Unknown quantization method: {self.quantization}. Must "'),
