@@ -60,12 +60,15 @@ CASES = [
     ("Qwen2.5-32B GPTQ file", "gsjl-qwen2.5-32b-instruct-gptq-marlin", "gsjl-qwen2.5-32b-instruct-gptq-marlin", "gptq"),
     ("Qwen3.6-35B-A3B NVFP4 mixed repo", "qwen3.6-35b-a3b-nvfp4", "qwen3.6-35b-a3b-nvfp4", "modelopt-mixed"),
     ("Gemma-4-31B-IT NVFP4 repo", "gemma-4-31b-it-nvfp4", "gemma-4-31b-it-nvfp4", "modelopt-nvfp4"),
+    ("Llama-3.1-8B FP8 per tensor files", "amd-llama-3.1-8b-instruct-fp8-kv", "amd-llama-3.1-8b-instruct-fp8-kv",
+     "fp8-tensor"),
 ]
 
 #: How each format shows in the parsed spec (the case must be what its label says).
 FORMAT_CHECKS = {
     "mxfp4": lambda q: q.method == "mxfp4",
     "fp8-block": lambda q: q.method == "fp8" and q.block_fp8,
+    "fp8-tensor": lambda q: q.method == "fp8" and not q.block_fp8 and q.ignore == ("lm_head",),
     "awq": lambda q: q.method == "awq" and q.weight_bits == 4 and q.group_size == 128,
     "gptq": lambda q: q.method == "gptq" and q.weight_bits == 4 and q.group_size == 128,
     "modelopt-mixed": lambda q: q.method == "modelopt_mixed" and bool(q.layer_bytes),
