@@ -62,6 +62,8 @@ CASES = [
     ("Gemma-4-31B-IT NVFP4 repo", "gemma-4-31b-it-nvfp4", "gemma-4-31b-it-nvfp4", "modelopt-nvfp4"),
     ("Llama-3.1-8B FP8 per tensor files", "amd-llama-3.1-8b-instruct-fp8-kv", "amd-llama-3.1-8b-instruct-fp8-kv",
      "fp8-tensor"),
+    ("Llama-3.1-70B FP8 per tensor files", "amd-llama-3.1-70b-instruct-fp8-kv", "amd-llama-3.1-70b-instruct-fp8-kv",
+     "fp8-tensor"),
     ("Llama-3-8B GPTQ files", "obh07-meta-llama-3-8b-instruct-gptq-4bit", "obh07-meta-llama-3-8b-instruct-gptq-4bit",
      "gptq"),
 ]
