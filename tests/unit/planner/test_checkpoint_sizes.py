@@ -7,10 +7,11 @@ planner is asked for its estimate from config.json (and hf_quant_config.json) AL
 bytes on one GPU at that layout. What each published number includes beyond the tensors is in its ``inferred``.
 
 Published sizes per format (worst error in docs/sizing.md §2a): MXFP4 and block FP8 two each (above), AWQ two
-(solidrust Llama-3-8B, LDCC Qwen2.5-72B), GPTQ one (GSJL Qwen2.5-32B), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed
-precision, Gemma-4-31B-IT). A checkpoint that ships MTP layers vLLM loads only under speculative decoding is compared
-as weights + MTP layers (``includes_mtp``). Still without a published size found here: ModelOpt FP8, compressed-tensors,
-AutoRound, Quark (docs/sizing.md §2a says what was searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
+(solidrust Llama-3-8B, LDCC Qwen2.5-72B), GPTQ two (GSJL Qwen2.5-32B, obh07 Llama-3-8B), per-tensor FP8 two (amd
+Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT). A checkpoint that
+ships MTP layers vLLM loads only under speculative decoding is compared as weights + MTP layers (``includes_mtp``).
+Still without a published size found here: ModelOpt FP8, compressed-tensors, AutoRound, Quark (docs/sizing.md §2a
+says what was searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
 """
 
 from __future__ import annotations
