@@ -79,10 +79,6 @@ class ModelSpec:
     # ``num_nextn_predict_layers``, ``mtp_num_hidden_layers``): loaded only under speculative decoding (method mtp).
     mtp_layers: int = 0
     draft_vocab_size: int = 0  # an EAGLE-3 head's own output vocabulary (``draft_vocab_size``), 0 if none
-    # Gemma 4: its full-attention layers have their own head size and KV heads (``global_head_dim``,
-    # ``num_global_key_value_heads``); 0 = the same as the other layers. vLLM 0.32 models/gemma4.py:577-590.
-    full_attn_head_dim: int = 0
-    full_attn_kv_heads: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -142,9 +138,9 @@ class ModelSpec:
             split = (q - q_a + kv_b + o) / tp
             return split, float(kv_a + q_a)
         head_dim, kv_heads = self.head_dim, self.kv_heads_per_gpu(tp)
-        if kind == "full" and self.full_attn_head_dim:
-            head_dim = self.full_attn_head_dim
-            kv_heads = max(1, (self.full_attn_kv_heads or self.num_kv_heads) // tp)
+        if kind == "full" and self.full_kv is not None:  # one home with the KV layout: layer_kinds.full_attention_kv
+            kv_heads, head_dim = self.full_kv
+            kv_heads = max(1, kv_heads // tp)
         q = h * self.num_heads * head_dim
         o = self.num_heads * head_dim * h
         kv = 2 * h * head_dim * kv_heads
@@ -405,8 +401,6 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         quantization=_quantization(outer if "quantization_config" in outer else cfg),
         mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
         draft_vocab_size=int(cfg.get("draft_vocab_size") or 0),
-        full_attn_head_dim=int(cfg.get("global_head_dim") or 0) if "full" in kinds else 0,
-        full_attn_kv_heads=int(cfg.get("num_global_key_value_heads") or 0) if "full" in kinds else 0,
     )
 
 

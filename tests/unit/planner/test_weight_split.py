@@ -195,7 +195,7 @@ def test_gemma4_full_attention_layers_replicate_their_4_kv_heads_beyond_tp_4() -
     256). At TP 8 each GPU keeps one whole KV head of a full layer (vLLM replicates KV heads when TP > KV heads),
     so those layers' k/v bytes stop halving after TP 4 while q/o keep splitting."""
     spec = spec_of("gemma-4-31b-it-nvfp4")
-    assert (spec.full_attn_head_dim, spec.full_attn_kv_heads, spec.head_dim, spec.num_kv_heads) == (512, 4, 256, 16)
+    assert (spec.full_kv, spec.head_dim, spec.num_kv_heads) == ((4, 512), 256, 16)
     h, heads = spec.hidden_size, spec.num_heads
     for tp, kv_heads in ((1, 4), (4, 1), (8, 1)):
         split, repl = spec.attention_params_per_layer(tp, "full")
