@@ -445,13 +445,24 @@ def predict(spec: ModelSpec, plan: dict[str, Any], rates: GpuRates, workload: Wo
                          max(1, workload.num_prompts // dp),
                          None if workload.max_concurrency is None else max(1, workload.max_concurrency // dp),
                          workload.request_rate / dp, workload.seed)
-        res = summarise(simulate(m, share, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]),
-                                 int(pred["max_model_len"])))
+        res = _simulated(m, share, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
         for key in ("request_throughput", "output_throughput", "total_token_throughput"):
             res[key] = round(res[key] * dp, 3)
         return res
-    return summarise(simulate(m, workload, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]),
-                              int(pred["max_model_len"])))
+    return _simulated(m, workload, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
+
+
+def _simulated(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: int, kv_tokens: int,
+               max_model_len: int) -> dict[str, float]:
+    """``summarise(simulate(...))``, memoised: the simulation is deterministic in its inputs (all frozen), and the
+    target search (targets.py) and a fleet's identical hosts ask for the same points again."""
+    return dict(_simulated_cached(m, workload, max_num_seqs, max_batched, kv_tokens, max_model_len))
+
+
+@functools.lru_cache(maxsize=4096)
+def _simulated_cached(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: int, kv_tokens: int,
+                      max_model_len: int) -> tuple[tuple[str, float], ...]:
+    return tuple(summarise(simulate(m, workload, max_num_seqs, max_batched, kv_tokens, max_model_len)).items())
 
 
 def predict_for_plan(model_config: dict[str, Any], plan: dict[str, Any], workload: Workload) -> dict[str, float]:

@@ -40,9 +40,9 @@ def _floor_ms(plan: dict[str, Any]) -> float:
 
 
 def test_tpot_target_binds_max_num_seqs() -> None:
-    # 256 clients on one H100, a loose TTFT target: more sequences per step raise throughput and TPOT together,
+    # 128 clients on one H100, a loose TTFT target: more sequences per step raise throughput and TPOT together,
     # so the largest max_num_seqs whose p99 TPOT meets 12 ms wins and the next step up is named as missing it.
-    profile = {"p99_ttft_ms": 60000, "p99_tpot_ms": 12, "max_concurrency": 256}
+    profile = {"p99_ttft_ms": 60000, "p99_tpot_ms": 12, "max_concurrency": 128}
     plan = _plan(LLAMA8B, 1, profile)
     seqs = plan["engine_args"]["max-num-seqs"]
     reason = plan["reasons"]["max-num-seqs"]
@@ -106,7 +106,7 @@ def test_impossible_targets_say_the_best_it_can_do() -> None:
 
 
 def test_pinned_values_are_predicted_not_changed() -> None:
-    profile = {"p99_ttft_ms": 60000, "p99_tpot_ms": 12, "max_concurrency": 256}
+    profile = {"p99_ttft_ms": 60000, "p99_tpot_ms": 12, "max_concurrency": 128}
     plan = _plan(LLAMA8B, 1, profile, engine_args={"max-num-seqs": 128, "max-num-batched-tokens": 4096})
     assert plan["engine_args"]["max-num-seqs"] == 128 and plan["engine_args"]["max-num-batched-tokens"] == 4096
     assert plan["reasons"]["max-num-seqs"].startswith("set by you; p99 TTFT <= 60000 ms")
