@@ -8,7 +8,8 @@ bytes on one GPU at that layout. What each published number includes beyond the 
 
 Published sizes per format (worst error in docs/sizing.md §2a): MXFP4 and block FP8 two each (above), AWQ two
 (solidrust Llama-3-8B, LDCC Qwen2.5-72B), GPTQ two (GSJL Qwen2.5-32B, obh07 Llama-3-8B), per-tensor FP8 two (amd
-Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT). A checkpoint that
+Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT); and one unquantized
+hybrid, NVIDIA's vLLM load of Nemotron-3-Nano-30B-A3B-BF16 (the layout its NVFP4 sibling is sized on). A checkpoint that
 ships MTP layers vLLM loads only under speculative decoding is compared as weights + MTP layers (``includes_mtp``).
 Still without a published size found here: ModelOpt FP8, compressed-tensors, AutoRound, Quark (docs/sizing.md §2a
 says what was searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
@@ -67,6 +68,9 @@ CASES = [
      "fp8-tensor"),
     ("Llama-3-8B GPTQ files", "obh07-meta-llama-3-8b-instruct-gptq-4bit", "obh07-meta-llama-3-8b-instruct-gptq-4bit",
      "gptq"),
+    # Not a quantization format: NVIDIA's vLLM load of the BF16 Nemotron-H base the NVFP4 sibling is sized on.
+    ("Nemotron-3-Nano-30B-A3B BF16 TP1 vLLM load", "nemotron-3-nano-30b-a3b-bf16-vllm-load",
+     "../architectures/nemotron-3-nano-30b-a3b-bf16", "bf16-hybrid"),
 ]
 
 #: How each format shows in the parsed spec (the case must be what its label says).
@@ -78,6 +82,7 @@ FORMAT_CHECKS = {
     "gptq": lambda q: q.method == "gptq" and q.weight_bits == 4 and q.group_size == 128,
     "modelopt-mixed": lambda q: q.method == "modelopt_mixed" and bool(q.layer_bytes),
     "modelopt-nvfp4": lambda q: q.method == "modelopt_fp4" and q.scheme == "NVFP4",
+    "bf16-hybrid": lambda q: q.method == "none",
 }
 
 
