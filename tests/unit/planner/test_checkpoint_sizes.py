@@ -68,6 +68,7 @@ CASES = [
      "fp8-tensor"),
     ("Llama-3-8B GPTQ files", "obh07-meta-llama-3-8b-instruct-gptq-4bit", "obh07-meta-llama-3-8b-instruct-gptq-4bit",
      "gptq"),
+    ("Kimi-K2.5 compressed-tensors W4A16 repo", "kimi-k2.5", "kimi-k2.5", "ct-wna16"),
     # Not a quantization format: NVIDIA's vLLM load of the BF16 Nemotron-H base the NVFP4 sibling is sized on.
     ("Nemotron-3-Nano-30B-A3B BF16 TP1 vLLM load", "nemotron-3-nano-30b-a3b-bf16-vllm-load",
      "../architectures/nemotron-3-nano-30b-a3b-bf16", "bf16-hybrid"),
@@ -82,6 +83,8 @@ FORMAT_CHECKS = {
     "gptq": lambda q: q.method == "gptq" and q.weight_bits == 4 and q.group_size == 128,
     "modelopt-mixed": lambda q: q.method == "modelopt_mixed" and bool(q.layer_bytes),
     "modelopt-nvfp4": lambda q: q.method == "modelopt_fp4" and q.scheme == "NVFP4",
+    "ct-wna16": lambda q: q.method == "compressed-tensors" and q.scheme == "wna16" and q.weight_bits == 4
+    and q.bytes_per_weight == 0.5 + 2 / 32 and "re:.*self_attn.*" in q.ignore,
     "bf16-hybrid": lambda q: q.method == "none",
 }
 
@@ -111,3 +114,12 @@ def test_deepseek_r1_and_v3_ship_the_same_shapes() -> None:
     """The R1 release reuses V3's config.json verbatim: one block-FP8 estimate covers both."""
     assert (CHECKPOINTS / "deepseek-r1" / "config.json").read_bytes() == \
         (CHECKPOINTS / "deepseek-v3" / "config.json").read_bytes()
+
+
+def test_kimi_k25_vision_tower_is_read_from_its_vt_keys() -> None:
+    """Kimi-K2.5's MoonViT names its shape ``vt_hidden_size`` / ``vt_num_hidden_layers`` / ``vt_intermediate_size``
+    (vLLM aliases them, transformers_utils/configs/kimi_k3.py:79-83): 27 blocks of 1152 / 4304, not the 24 x 1024
+    fallback for a vision_config without ``hidden_size``."""
+    vision = spec_of("kimi-k2.5").vision_params
+    blocks = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304)
+    assert vision == blocks + 1152 * 7168 + 7168 * 7168
