@@ -8,10 +8,11 @@ bytes on one GPU at that layout. What each published number includes beyond the 
 
 Published sizes per format (worst error in docs/sizing.md §2a): MXFP4 and block FP8 two each (above), AWQ two
 (solidrust Llama-3-8B, LDCC Qwen2.5-72B), GPTQ two (GSJL Qwen2.5-32B, obh07 Llama-3-8B), per-tensor FP8 two (amd
-Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT); and one unquantized
+Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT), compressed-tensors
+one (Kimi-K2.5 W4A16, the on-disk size vLLM's recipe states); and one unquantized
 hybrid, NVIDIA's vLLM load of Nemotron-3-Nano-30B-A3B-BF16 (the layout its NVFP4 sibling is sized on). A checkpoint that
 ships MTP layers vLLM loads only under speculative decoding is compared as weights + MTP layers (``includes_mtp``).
-Still without a published size found here: ModelOpt FP8, compressed-tensors, AutoRound, Quark (docs/sizing.md §2a
+Still without a published size found here: ModelOpt FP8, AutoRound, Quark, a second compressed-tensors (docs/sizing.md §2a
 says what was searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
 """
 
