@@ -338,9 +338,12 @@ def _vision_params(outer: dict[str, Any], hidden: int) -> int:
     vision = outer.get("vision_config")
     if not isinstance(vision, dict):
         return 0
-    vh = int(vision.get("hidden_size") or 1024)
-    vl = int(vision.get("num_hidden_layers") or vision.get("depth") or 24)
-    vi = int(vision.get("intermediate_size") or 4 * vh)
+    # Kimi-K2.5's MoonViT names them vt_*; vLLM aliases them to hidden_size / num_hidden_layers / intermediate_size
+    # (rule weights:kimi_vit_vt_aliases, 0.32/0.33 transformers_utils/configs/kimi_k3.py:79-83) and builds the encoder
+    # from those (models/kimi_k25_vit.py:742-748).
+    vh = int(vision.get("hidden_size") or vision.get("vt_hidden_size") or 1024)
+    vl = int(vision.get("num_hidden_layers") or vision.get("vt_num_hidden_layers") or vision.get("depth") or 24)
+    vi = int(vision.get("intermediate_size") or vision.get("vt_intermediate_size") or 4 * vh)
     # ViT blocks (4h^2 attention + 2*h*I MLP) plus a two-layer projector into the text model.
     return vl * (4 * vh * vh + 2 * vh * vi) + vh * hidden + hidden * hidden
 

@@ -8,9 +8,11 @@ bytes on one GPU at that layout. What each published number includes beyond the 
 
 Published sizes per format (worst error in docs/sizing.md §2a): MXFP4 and block FP8 two each (above), AWQ two
 (solidrust Llama-3-8B, LDCC Qwen2.5-72B), GPTQ two (GSJL Qwen2.5-32B, obh07 Llama-3-8B), per-tensor FP8 two (amd
-Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT). A checkpoint that
+Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT), compressed-tensors
+one (Kimi-K2.5 W4A16, the on-disk size vLLM's recipe states); and one unquantized
+hybrid, NVIDIA's vLLM load of Nemotron-3-Nano-30B-A3B-BF16 (the layout its NVFP4 sibling is sized on). A checkpoint that
 ships MTP layers vLLM loads only under speculative decoding is compared as weights + MTP layers (``includes_mtp``).
-Still without a published size found here: ModelOpt FP8, compressed-tensors, AutoRound, Quark (docs/sizing.md §2a
+Still without a published size found here: ModelOpt FP8, AutoRound, Quark, a second compressed-tensors (docs/sizing.md §2a
 says what was searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
 """
 
@@ -67,6 +69,10 @@ CASES = [
      "fp8-tensor"),
     ("Llama-3-8B GPTQ files", "obh07-meta-llama-3-8b-instruct-gptq-4bit", "obh07-meta-llama-3-8b-instruct-gptq-4bit",
      "gptq"),
+    ("Kimi-K2.5 compressed-tensors W4A16 repo", "kimi-k2.5", "kimi-k2.5", "ct-wna16"),
+    # Not a quantization format: NVIDIA's vLLM load of the BF16 Nemotron-H base the NVFP4 sibling is sized on.
+    ("Nemotron-3-Nano-30B-A3B BF16 TP1 vLLM load", "nemotron-3-nano-30b-a3b-bf16-vllm-load",
+     "../architectures/nemotron-3-nano-30b-a3b-bf16", "bf16-hybrid"),
 ]
 
 #: How each format shows in the parsed spec (the case must be what its label says).
@@ -78,6 +84,9 @@ FORMAT_CHECKS = {
     "gptq": lambda q: q.method == "gptq" and q.weight_bits == 4 and q.group_size == 128,
     "modelopt-mixed": lambda q: q.method == "modelopt_mixed" and bool(q.layer_bytes),
     "modelopt-nvfp4": lambda q: q.method == "modelopt_fp4" and q.scheme == "NVFP4",
+    "ct-wna16": lambda q: q.method == "compressed-tensors" and q.scheme == "wna16" and q.weight_bits == 4
+    and q.bytes_per_weight == 0.5 + 2 / 32 and "re:.*self_attn.*" in q.ignore,
+    "bf16-hybrid": lambda q: q.method == "none",
 }
 
 
@@ -106,3 +115,12 @@ def test_deepseek_r1_and_v3_ship_the_same_shapes() -> None:
     """The R1 release reuses V3's config.json verbatim: one block-FP8 estimate covers both."""
     assert (CHECKPOINTS / "deepseek-r1" / "config.json").read_bytes() == \
         (CHECKPOINTS / "deepseek-v3" / "config.json").read_bytes()
+
+
+def test_kimi_k25_vision_tower_is_read_from_its_vt_keys() -> None:
+    """Kimi-K2.5's MoonViT names its shape ``vt_hidden_size`` / ``vt_num_hidden_layers`` / ``vt_intermediate_size``
+    (vLLM aliases them, transformers_utils/configs/kimi_k3.py:79-83): 27 blocks of 1152 / 4304, not the 24 x 1024
+    fallback for a vision_config without ``hidden_size``."""
+    vision = spec_of("kimi-k2.5").vision_params
+    blocks = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304)
+    assert vision == blocks + 1152 * 7168 + 7168 * 7168

@@ -84,6 +84,9 @@ RELEASE = Release(
                                                    "k_eq_v layers load K weights into both K and V slots via"),
             "weights:gemma4_mlp_beside_experts": Source("vllm/model_executor/models/gemma4.py", 630, 630,
                                                         'self.enable_moe_block = getattr(config, "num_experts", None) is not None'),
+            # Kimi-K2.5's MoonViT shape keys (model._vision_params): vt_* aliased to hidden_size & co.
+            "weights:kimi_vit_vt_aliases": Source("vllm/transformers_utils/configs/kimi_k3.py", 79, 83,
+                                                  "self.hidden_size = vt_hidden_size"),
             # bitsandbytes left core vLLM: its quant_method is not a known method (precision.py refuses it).
             "quant:bitsandbytes_not_in_core": Source("vllm/config/model.py", 1465, 1468,
                                                      'f"Unknown quantization method: {self.quantization}. Must "'),
