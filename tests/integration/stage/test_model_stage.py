@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import random
 import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +37,7 @@ import pytest
 import yaml
 
 from tests.integration._helpers import docker, free_port, recap
+from tests.integration._mirror import Mirror, serving
 
 pytestmark = pytest.mark.integration
 
@@ -56,61 +54,6 @@ HOSTS = ("vf-stage-a", "vf-stage-b", "vf-stage-c")
 SMALL = "vf-stage-small"
 WEIGHTS = 4 << 20
 CUT = 1 << 20
-
-
-class Mirror:
-    """The files by URL path, and what the handler did (requests with their Range headers)."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.cut: set[str] = set()  # paths whose full-body GETs stop after CUT bytes
-        self.log: list[tuple[str, str, str]] = []
-        self.lock = threading.Lock()
-
-    def publish(self, revision: str, files: dict[str, bytes], served: dict[str, bytes] | None = None) -> None:
-        """Put ``files`` at /tiny/ with a manifest of them; ``served`` overrides the bytes really served."""
-        manifest = {"revision": revision, "files": [
-            {"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            for name, data in sorted(files.items())]}
-        with self.lock:
-            self.files = {f"/tiny/{n}": d for n, d in {**files, **(served or {})}.items()}
-            self.files["/tiny/manifest.json"] = json.dumps(manifest).encode()
-
-
-def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-        def _serve(self, body: bool) -> None:
-            with mirror.lock:
-                data = mirror.files.get(self.path)
-                mirror.log.append((self.command, self.path, self.headers.get("Range", "")))
-                cut = self.path in mirror.cut and not self.headers.get("Range")
-            if data is None:
-                self.send_error(404)
-                return
-            match = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
-            start = int(match.group(1)) if match else 0
-            self.send_response(206 if match else 200)
-            if match:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-            self.send_header("Content-Length", str(len(data) - start))
-            self.send_header("Accept-Ranges", "bytes")
-            self.end_headers()
-            if body:
-                self.wfile.write(data[start:CUT] if cut else data[start:])
-                if cut:
-                    self.wfile.flush()
-                    self.close_connection = True
-
-        def do_GET(self) -> None:
-            self._serve(True)
-
-        def do_HEAD(self) -> None:
-            self._serve(False)
-
-    return Handler
 
 
 def model_files(seed: int) -> dict[str, bytes]:
@@ -154,10 +97,12 @@ def lab() -> Iterator[Lab]:
     if not docker("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False):
         pytest.fail(f"{IMAGE} is not built: make testbed-base")
     workdir = Path(tempfile.mkdtemp(prefix="vf-stage-"))
-    mirror = Mirror()
     port = free_port(range(18600, 18700))
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(mirror))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with serving(Mirror("tiny"), port) as mirror:
+        yield from _lab(workdir, port, mirror)
+
+
+def _lab(workdir: Path, port: int, mirror: Mirror) -> Iterator[Lab]:
     for host in (*HOSTS, SMALL):
         docker("rm", "-f", host, check=False)
     for host in HOSTS:
@@ -168,7 +113,6 @@ def lab() -> Iterator[Lab]:
     finally:
         for host in (*HOSTS, SMALL):
             docker("rm", "-f", host, check=False)
-        server.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -1,0 +1,144 @@
+"""The fleet lab's model staged through site.yml (issue 32), from the lab's HTTP mirror (conftest.py).
+
+- the fixture's first site.yml is cut mid-transfer (the mirror closes model.safetensors after 1 MiB): every host
+  fails at the stage saying so, site.yml stops there and no vLLM container exists;
+- the next site.yml resumes each host's transfer with ``Range: bytes=1048576-`` (the mirror's log), prints each
+  host's progress while it downloads, verifies every sha256, and each replica mounts and serves the staged
+  revision's directory;
+- on the running fleet, a revision whose checkpoint the mirror serves corrupted is refused on every host: site.yml
+  stops at the stage, the replicas are not touched (same container, same start) and the served revision stays;
+- a host whose model root is a 1 MiB tmpfs is refused by the stage's fleet check before any host changes.
+The second run (changed=0) and ``--check --diff`` of the lab, stage included, are test_fleet_lab.py's.
+Figures go to artifacts/deploy/fleet-lab.json ("staging") and the test output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .._mirror import tiny_safetensors
+from .conftest import HOSTS, SERVED, STAGE_RATE, Lab, content_revision, inspect, model_files, ok
+from .test_fleet_lab import _figure
+
+pytestmark = pytest.mark.integration
+
+CHECKPOINT = "model.safetensors"
+SMALL_HOST = sorted(HOSTS)[-1]
+LATER_PLAYS = ("PLAY [Provision", "PLAY [Build the vLLM image", "PLAY [Deploy |", "PLAY [Monitoring |")
+
+
+def _staged(lab: Lab, host: str) -> Path:
+    return lab.workdir / "models" / host
+
+
+def _untouched() -> dict[str, tuple[str, str, int]]:
+    return {h: (inspect(h)["Id"], inspect(h)["State"]["StartedAt"], inspect(h)["RestartCount"]) for h in HOSTS}
+
+
+def test_an_interrupted_transfer_stops_site_before_any_container_then_resumes(lab: Lab) -> None:
+    files = model_files()
+    total = sum(len(d) for d in files.values())
+    size, cut = len(files[CHECKPOINT]), lab.mirror.cut_at
+    revision = content_revision(files)
+    assert lab.interrupted is not None and lab.first is not None
+    out = lab.interrupted.stdout + lab.interrupted.stderr
+    assert lab.interrupted.returncode != 0, out[-3000:]
+    assert out.count(f"{CHECKPOINT}: the transfer was interrupted after {cut} of {size} bytes") == len(HOSTS), out[-4000:]
+    assert lab.interrupted_containers == [], "a failed stage must stop site.yml before any container"
+    assert not [p for p in LATER_PLAYS if p in out], out[-3000:]
+    for host in HOSTS:
+        partial = _staged(lab, host) / ".revisions" / SERVED / revision / f"{CHECKPOINT}.partial"
+        assert partial.stat().st_size == cut, host
+
+    out = ok(lab.first)
+    # One whole-file GET per host in the cut run, one Range GET per host in the resumed run.
+    assert sorted(lab.mirror.requests(CHECKPOINT)) == [""] * len(HOSTS) + [f"bytes={cut}-"] * len(HOSTS)
+    assert out.count(f"{total - cut} bytes downloaded of {total} ({cut} resumed)") == len(HOSTS), out[-4000:]
+    for host in HOSTS:
+        # Progress while it ran: lines with growing bytes, ending verified at the total.
+        done = [int(n) for n in re.findall(rf"ok: \[{host}\] => \(item={SERVED}@{revision}: \w+ (\d+) of {total} bytes",
+                                           out)]
+        assert len(done) >= 2 and done == sorted(done) and done[0] < total == done[-1], (host, done)
+        assert f"ok: [{host}] => (item={SERVED}@{revision}: verified {total} of {total} bytes (100 %)" in out
+        root = _staged(lab, host)
+        assert os.readlink(root / SERVED) == f".revisions/{SERVED}/{revision}"
+        for name, data in files.items():
+            staged = root / ".revisions" / SERVED / revision / name
+            assert hashlib.sha256(staged.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest(), (host, name)
+    _check_served(lab, revision)
+    seconds = re.findall(rf"{SERVED}@{revision}: {total - cut} bytes downloaded of {total} \({cut} resumed\) in ([\d.]+) s",
+                         out)
+    _figure("staging", {"hosts": len(HOSTS), "bytes_per_host": total, "checkpoint_bytes": size,
+                        "rate_bytes_per_host": STAGE_RATE, "interrupted_after": cut, "resumed_bytes_per_host": total - cut,
+                        "host_transfer_seconds": [float(s) for s in seconds],
+                        "first_converge_seconds": round(lab.first_seconds)})
+
+
+def _check_served(lab: Lab, revision: str) -> None:
+    """Each replica mounts the staged revision's directory, the one its record names, and serves the model."""
+    records = lab.records()
+    for host in HOSTS:
+        launch = records[host]["launch"]
+        staged = str(_staged(lab, host) / ".revisions" / SERVED / revision)
+        assert launch["model_dir"] == staged, (host, launch["model_dir"])
+        mounts = {m["Destination"]: m for m in inspect(host)["Mounts"]}
+        assert mounts[launch["model_mount"]]["Source"] == staged
+        assert inspect(host)["State"]["Health"]["Status"] == "healthy"
+
+
+def test_a_corrupted_revision_is_refused_and_no_replica_is_touched(lab: Lab) -> None:
+    good = model_files()
+    revision = content_revision(good)
+    new = dict(good, **{CHECKPOINT: tiny_safetensors(json.loads(good["config.json"]), seed=33)})
+    bad = bytearray(new[CHECKPOINT])
+    bad[len(bad) // 2] ^= 0xFF
+    before = _untouched()
+    lab.mirror.publish(content_revision(new), new, served={CHECKPOINT: bytes(bad)})
+    try:
+        result = lab.play()
+    finally:
+        lab.mirror.publish(revision, good)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert out.count(f"{CHECKPOINT}: refused, the bytes do not match the published checksum") == len(HOSTS), out[-4000:]
+    assert not [p for p in LATER_PLAYS if p in out], out[-3000:]
+    assert _untouched() == before
+    for host in HOSTS:
+        assert os.readlink(_staged(lab, host) / SERVED) == f".revisions/{SERVED}/{revision}"
+        assert not (_staged(lab, host) / ".revisions" / SERVED / content_revision(new) / CHECKPOINT).exists()
+
+
+def test_a_host_without_disk_space_is_refused_before_any_host_changes(lab: Lab) -> None:
+    small = Path(tempfile.mkdtemp(prefix="vf-lab-small-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    extra = lab.workdir / "small-host.yml"
+    extra.write_text(yaml.safe_dump({"all": {"hosts": {SMALL_HOST: {"vllm_fleet_model_root": str(small)}}}}))
+    before = _untouched()
+    try:
+        t0 = time.monotonic()
+        result = lab.play("-i", str(extra))
+        seconds = time.monotonic() - t0
+        listing = os.listdir(small)
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+        small.rmdir()
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert re.search(rf"{SMALL_HOST}: {SERVED} needs \d+ bytes at {small} \(\d+ of files \+ \d+ margin\), \d+ are "
+                     "free: free space, or set vllm_fleet_model_root to a larger disk", out), out[-3000:]
+    # Refused in the check play: no host ran the stage role, nothing was written, no replica touched.
+    assert "PLAY [Stage | Put the model on the hosts" not in out and listing == []
+    assert not [p for p in LATER_PLAYS if p in out], out[-3000:]
+    assert _untouched() == before
+    print(f"\n[fleet-lab] no-disk refusal in {seconds:.0f} s")
+
