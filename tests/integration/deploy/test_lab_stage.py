@@ -41,6 +41,12 @@ def _staged(lab: Lab, host: str) -> Path:
     return lab.workdir / "models" / host
 
 
+def _failures(out: str) -> dict[str, str]:
+    """Each failed host's result block (YAML callback), its lines joined: host -> text."""
+    blocks = re.findall(r"^fatal: \[([^\]]+)\]: FAILED! => ?\n((?:    .*\n?)*)", out, flags=re.M)
+    return {host: " ".join(block.split()) for host, block in blocks}
+
+
 def _untouched() -> dict[str, tuple[str, str, int]]:
     return {h: (inspect(h)["Id"], inspect(h)["State"]["StartedAt"], inspect(h)["RestartCount"]) for h in HOSTS}
 
@@ -53,7 +59,10 @@ def test_an_interrupted_transfer_stops_site_before_any_container_then_resumes(la
     assert lab.interrupted is not None and lab.first is not None
     out = lab.interrupted.stdout + lab.interrupted.stderr
     assert lab.interrupted.returncode != 0, out[-3000:]
-    assert out.count(f"{CHECKPOINT}: the transfer was interrupted after {cut} of {size} bytes") == len(HOSTS), out[-4000:]
+    failed = _failures(out)
+    assert sorted(failed) == sorted(HOSTS), out[-4000:]
+    for host, text in failed.items():
+        assert f"{CHECKPOINT}: the transfer was interrupted after {cut} of {size} bytes" in text, (host, text)
     assert lab.interrupted_containers == [], "a failed stage must stop site.yml before any container"
     assert not [p for p in LATER_PLAYS if p in out], out[-3000:]
     for host in HOSTS:
@@ -110,7 +119,10 @@ def test_a_corrupted_revision_is_refused_and_no_replica_is_touched(lab: Lab) -> 
         lab.mirror.publish(revision, good)
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]
-    assert out.count(f"{CHECKPOINT}: refused, the bytes do not match the published checksum") == len(HOSTS), out[-4000:]
+    failed = _failures(out)
+    assert sorted(failed) == sorted(HOSTS), out[-4000:]
+    for host, text in failed.items():
+        assert f"{CHECKPOINT}: refused, the bytes do not match the published checksum" in text, (host, text)
     assert not [p for p in LATER_PLAYS if p in out], out[-3000:]
     assert _untouched() == before
     for host in HOSTS:

@@ -5,7 +5,7 @@ generated model - the project's tiny model (plugins/module_utils/tiny_model.py) 
 seeded random bytes - and its manifest (sizes + sha256). Three container hosts (vf-stage-a/b/c, the project's
 debootstrap image vllm-fleet/debian:bookworm, host network, Ansible's docker connection) stage it:
 
-- hosts stage in batches of 2: the first transfer of the weights is cut after 1 MiB, the first batch fails saying
+- hosts stage in batches of 2 (each printing its progress while it downloads): the first transfer of the weights is cut after 1 MiB, the first batch fails saying
   so and the third host is not started; the next run resumes the two with ``Range: bytes=1048576-`` (seen in the
   server's log), downloads the third whole, and verifies every sha256;
 - a second run is ``changed=0``; ``--check --diff`` of a new revision shows the files and bytes it would
@@ -148,6 +148,9 @@ def test_stage_resume_verify_idempotent_check_corrupt_prune_disk(lab: Lab) -> No
     assert sorted(ranges) == ["", f"bytes={CUT}-", f"bytes={CUT}-"], ranges
     assert out.count(f"{WEIGHTS - CUT} bytes downloaded of {total} ({CUT} resumed)") == 2, out
     assert out.count(f"{total} bytes downloaded of {total} (0 resumed)") == 1, out
+    # Each host's progress while it ran (async job + watch loop), ending verified at the total.
+    for host in HOSTS:
+        assert f"ok: [{host}] => (item=tiny@r1: verified {total} of {total} bytes (100 %)" in out, out[-3000:]
     for host in HOSTS:
         assert _current(host) == ".revisions/tiny/r1"
         digest = on_host(host, "sha256sum /srv/models/tiny/weights.bin").split()[0]
