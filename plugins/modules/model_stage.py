@@ -23,7 +23,7 @@ description:
     place, and whether O(probe_url) answers - for the stage playbook's fleet check before any host changes.
   - While it downloads, the module writes its progress (bytes on the host of the revision's total, this run's
     bytes, the file, the elapsed time) to C(<root>/.revisions/<name>/.<revision>.progress) at most twice a second,
-    tagged with O(run_id). O(state=watch) reads it while a download runs as an async job (O(job_file)): it waits
+    tagged with O(run_id). O(state=watch) reads it while a download runs as an async job (O(job_file)) - it waits
     until the bytes reach step O(step) of O(steps) of the total, or the job ends, and returns one progress line -
     the model_stage role loops it, so each host prints its bytes done / total while the transfer runs.
 author:
