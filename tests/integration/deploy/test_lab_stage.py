@@ -5,6 +5,7 @@
 - the next site.yml resumes each host's transfer with ``Range: bytes=1048576-`` (the mirror's log), prints each
   host's progress while it downloads, verifies every sha256, and each replica mounts and serves the staged
   revision's directory;
+- ``site.yml --check --diff`` of a new revision lists each host's download (files, bytes) and changes nothing;
 - on the running fleet, a revision whose checkpoint the mirror serves corrupted is refused on every host: site.yml
   stops at the stage, the replicas are not touched (same container, same start) and the served revision stays;
 - a host whose model root is a 1 MiB tmpfs is refused by the stage's fleet check before any host changes.
@@ -103,6 +104,27 @@ def _check_served(lab: Lab, revision: str) -> None:
         mounts = {m["Destination"]: m for m in inspect(host)["Mounts"]}
         assert mounts[launch["model_mount"]]["Source"] == staged
         assert inspect(host)["State"]["Health"]["Status"] == "healthy"
+
+
+def test_check_diff_of_a_new_revision_lists_the_download_and_changes_nothing(lab: Lab) -> None:
+    good = model_files()
+    revision = content_revision(good)
+    new = dict(good, **{CHECKPOINT: tiny_safetensors(json.loads(good["config.json"]), seed=34)})
+    new_revision = content_revision(new)
+    before, gets = _untouched(), len(lab.mirror.requests(CHECKPOINT))
+    lab.mirror.publish(new_revision, new)
+    try:
+        out = ok(lab.play("--check", "--diff"))
+    finally:
+        lab.mirror.publish(revision, good)
+    assert out.count(f"+  download {CHECKPOINT} ({len(new[CHECKPOINT])} bytes)") == len(HOSTS), out[-4000:]
+    for host in HOSTS:
+        root = _staged(lab, host)
+        assert f"-{root / SERVED} -> {revision}" in out and f"+{root / SERVED} -> {new_revision}" in out, out[-4000:]
+        assert not (root / ".revisions" / SERVED / new_revision).exists()
+        assert os.readlink(root / SERVED) == f".revisions/{SERVED}/{revision}"
+    assert len(lab.mirror.requests(CHECKPOINT)) == gets, "check mode downloads nothing"
+    assert _untouched() == before
 
 
 def test_a_corrupted_revision_is_refused_and_no_replica_is_touched(lab: Lab) -> None:
