@@ -30,7 +30,7 @@ author:
   - vllm-fleet contributors (@vllm-fleet)
 options:
   root:
-    description: Directory under which models are staged (the symlink C(<root>/<name>) is the served path).
+    description: Directory under which models are staged (the symlink C(<root>/<name>) points at the newest verified revision).
     type: path
     required: true
   name:
@@ -118,7 +118,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: The served path, the symlink C(<root>/<name>).
+  description: The symlink C(<root>/<name>) (the replicas mount RV(revision_dir), which their launch record names).
   returned: always
   type: str
 revision_dir:
