@@ -7,7 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import BalancerError, routing, tls_names
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import (
+    BalancerError,
+    routing,
+    tls_names,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
     LaunchError,
     container_env,

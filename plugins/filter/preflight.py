@@ -14,7 +14,9 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import DEFAULTS as BALANCER_DEFAULTS
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import (
+    DEFAULTS as BALANCER_DEFAULTS,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import (
     ModelSourceError,
     is_reference,

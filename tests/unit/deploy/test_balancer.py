@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter.deploy import vllm_lb_routing
 from ansible_collections.vllm_fleet.fleet.plugins.filter.preflight import fleet_lb_inputs
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import (
@@ -19,7 +20,6 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer i
     tls_names,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.balancers import check_balancers
-from ansible.errors import AnsibleFilterError
 
 ROOT = Path(__file__).resolve().parents[3]
 CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
