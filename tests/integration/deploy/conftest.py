@@ -44,6 +44,7 @@ HOSTS = {"vf-lab-a": 18310, "vf-lab-b": 18311, "vf-lab-c": 18312}
 # second batch, so a starting replica never shares its core with one that is serving.
 CORES = {"vf-lab-a": "1", "vf-lab-b": "0", "vf-lab-c": "0"}
 SERVED = "tiny-model"
+SERVER_HEADER = "X-Vllm-Fleet-Server"
 # Eager mode starts in ~1.5-2.5 min instead of ~5 (no inductor warm-up); eager needs fp16 on AMX CPUs
 # (docs/notes/cpu-kv-sizing.md section 9). Pinned the way a user pins: vllm_fleet_engine_args.
 ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "dtype": "float16",
@@ -116,7 +117,9 @@ class Lab:
                 vllm_lb_config_dir=str(workdir / "lb"), vllm_lb_run_dir=str(workdir / "lb-run"),
                 vllm_lb_socket=str(workdir / "lb-run" / "admin.sock"), vllm_lb_service_manager="process",
                 # HTTPS only, with the inventory's certificate (its key is in the vault below).
-                vllm_lb_tls=True, vllm_lb_tls_certificate=self.tls_cert)}},
+                vllm_lb_tls=True, vllm_lb_tls_certificate=self.tls_cert,
+                # Which replica answered each request (test_fleet_serving.py measures affinity from it).
+                vllm_lb_server_header=SERVER_HEADER)}},
         }}}
         (self.inventory / "group_vars" / "all").mkdir(parents=True)
         (self.inventory / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))

@@ -136,7 +136,8 @@ def _render(tmp_path: Path, **extra: Any) -> Path:
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (the fleet lab installs it)")
 @pytest.mark.parametrize("policy", ["least_conn", "session", "cache_aware"])
 def test_haproxy_accepts_each_policy(tmp_path: Path, policy: str) -> None:
-    cfg = _render(tmp_path, vllm_lb_policy=policy, vllm_lb_check_generate=policy == "session",
+    cfg = _render(tmp_path, vllm_lb_policy=policy, vllm_lb_check_generate=policy == "session", vllm_lb_stats_port=9,
+                  vllm_lb_server_header="X-Vllm-Fleet-Server",
                   vllm_lb_servers=[{"server": "a", "address": "127.0.0.1", "port": 1}])
     text = cfg.read_text()
     check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, check=False)
