@@ -8,7 +8,8 @@ test_rollout.py (file order), which it leaves as it found: the last test restore
    from three clients (the balancer reloads: 0 failed): least_conn (the inventory's), session, cache_aware. Each
    serves the same shared-prefix workload (6 long system prompts, 4 sessions each, 3 turns per session, 3 clients
    at once, streamed): affinity (the share of a prefix's / a session's requests on its most used replica, from the
-   balancer's X-Vllm-Fleet-Server header), TTFT p50/p90, output tokens/s, the busiest replica's share. The lab pins
+   balancer's X-Vllm-Fleet-Server header), TTFT p50/p90, output tokens/s, the busiest replica's share; and 18
+   requests from one client alone (affinity with nothing for the load guard to move). The lab pins
    enable_prefix_caching false (test_fleet_lab checks the pin reaches vLLM), so vLLM's prefix-cache hit counters stay
    0 here: affinity is measured instead. A hot prefix (one system prompt, six clients at once) under cache_aware
    shows the load guard: it spreads over more than one replica.
@@ -177,24 +178,40 @@ def test_the_balancer_speaks_tls_only_and_its_certificate_is_verified(lab: Lab) 
     assert conn.sock is not None and conn.sock.version() in ("TLSv1.2", "TLSv1.3")
 
 
+def _affinity_one_client(session: bool) -> dict[str, float]:
+    """6 prefixes x 3 requests, one at a time: where each prefix / session lands when no load guard can act."""
+    jobs = [(p, f"one-{p}-{i % 2}", i) for i in range(3) for p in range(6)]
+    per_prefix: dict[int, set[str]] = collections.defaultdict(set)
+    per_session: dict[str, set[str]] = collections.defaultdict(set)
+    for p, sid, i in jobs:
+        server = _stream(SYSTEM_PROMPTS[p] + f"Alone {sid} {i}:", 4, sid if session else None)["server"]
+        per_prefix[p].add(server)
+        per_session[sid].add(server)
+    return {"prefixes_on_one_replica": sum(len(s) == 1 for s in per_prefix.values()) / len(per_prefix),
+            "sessions_on_one_replica": sum(len(s) == 1 for s in per_session.values()) / len(per_session)}
+
+
 def test_policies_measured_and_switched_under_load(lab: Lab) -> None:
+    """Each policy: the shared-prefix workload with three clients (the load guard acts: affinity below 1 is the
+    guard moving requests off a replica that holds more than 1.5 x the average), one client alone (pure affinity:
+    session and cache_aware keep every session / prefix on one replica), and for cache_aware the hot prefix."""
     _wait_all_up()
-    figures: dict[str, Any] = {"least_conn": _shared_prefix_workload()}
+    figures: dict[str, Any] = {"least_conn": dict(_shared_prefix_workload(), alone=_affinity_one_client(False))}
     figures["least_conn_hot_prefix"] = _hot_prefix()
-    figures["switch_to_session"] = _switch_under_load(lab, vllm_lb_policy="session", **POLICY_VARS)
+    figures["switch_to_session"] = _switch_under_load(lab, vllm_lb_policy="session")
     _wait_all_up()
-    figures["session"] = _shared_prefix_workload()
-    figures["switch_to_cache_aware"] = _switch_under_load(lab, vllm_lb_policy="cache_aware", **POLICY_VARS)
+    figures["session"] = dict(_shared_prefix_workload(), alone=_affinity_one_client(True))
+    figures["switch_to_cache_aware"] = _switch_under_load(lab, vllm_lb_policy="cache_aware")
     _wait_all_up()
-    figures["cache_aware"] = _shared_prefix_workload()
+    figures["cache_aware"] = dict(_shared_prefix_workload(), alone=_affinity_one_client(False))
     figures["cache_aware_hot_prefix"] = _hot_prefix()
     _figure("policies", figures)
     assert "balance hash var(txn.vf_prefix)" in (lab.workdir / "lb" / "haproxy.cfg").read_text()
-    # Affinity: a session (session) and a prefix (cache_aware) stay on one replica; least_conn spreads them.
-    assert figures["session"]["session_affinity"] == 1.0, figures["session"]
-    assert figures["cache_aware"]["prefix_affinity"] == 1.0, figures["cache_aware"]
-    assert figures["least_conn"]["prefix_affinity"] < 0.9, figures["least_conn"]
-    # The load guard: a hot prefix under cache_aware does not stay on one replica.
+    # Affinity with nothing for the load guard to do: a session (session) and a prefix (cache_aware) on one replica.
+    assert figures["session"]["alone"]["sessions_on_one_replica"] == 1.0, figures["session"]
+    assert figures["cache_aware"]["alone"]["prefixes_on_one_replica"] == 1.0, figures["cache_aware"]
+    # cache_aware spreads the six prefixes (consistent hashing), and the load guard spills a hot one.
+    assert len(figures["cache_aware"]["per_server"]) >= 2, figures["cache_aware"]
     assert figures["cache_aware_hot_prefix"]["busiest_share"] < 1.0, figures["cache_aware_hot_prefix"]
 
 
@@ -238,6 +255,8 @@ def _wait_status(name: str, up: bool, timeout: float) -> float:
 def test_an_engine_that_stops_is_taken_out_and_comes_back(lab: Lab) -> None:
     """SIGSTOP on the EngineCore process: the API still answers /health (200), no token comes; the generating check
     (interval 1 s, timeout 3 s, fall 3) takes it out; SIGCONT brings it back (rise 2)."""
+    # The generating check on (the way a user turns it on: the balancer's inventory, site.yml; a reload under load).
+    switch = _switch_under_load(lab, vllm_lb_policy="cache_aware", **POLICY_VARS)
     assert "http-check send meth POST uri /v1/completions" in (lab.workdir / "lb" / "haproxy.cfg").read_text()
     _wait_all_up()
     _api, pid = _vllm_pids(VICTIM)
@@ -256,7 +275,8 @@ def test_an_engine_that_stops_is_taken_out_and_comes_back(lab: Lab) -> None:
         back_s = _wait_status(VICTIM, up=True, timeout=60)
         time.sleep(3)
     figures = load.report()
-    result = {"sent": figures["sent"], "failed": figures["failed"], "seconds_until_out": out_s,
+    result = {"switch_to_generating_check": switch, "sent": figures["sent"], "failed": figures["failed"],
+              "seconds_until_out": out_s,
               "seconds_until_back_after_sigcont": back_s, "health_while_stopped": health,
               "new_sessions_while_out": stot_while_out, "p99_s": round(figures["p99_s"] or 0, 3)}
     _figure("engine_stopped", result)
