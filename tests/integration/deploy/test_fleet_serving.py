@@ -206,6 +206,11 @@ def test_policies_measured_and_switched_under_load(lab: Lab) -> None:
     figures["cache_aware"] = dict(_shared_prefix_workload(), alone=_affinity_one_client(False))
     figures["cache_aware_hot_prefix"] = _hot_prefix()
     _figure("policies", figures)
+    # The key is still enforced behind the body-reading policy (vLLM checks it; the balancer passes it through).
+    conn = lb_connection(timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps({"model": SERVED, "prompt": SYSTEM_PROMPTS[0], "max_tokens": 1}),
+                 {"Content-Type": "application/json"})
+    assert conn.getresponse().status == 401
     assert "balance hash var(txn.vf_prefix)" in (lab.workdir / "lb" / "haproxy.cfg").read_text()
     # Affinity with nothing for the load guard to do: a session (session) and a prefix (cache_aware) on one replica.
     assert figures["session"]["alone"]["sessions_on_one_replica"] == 1.0, figures["session"]
