@@ -21,6 +21,8 @@ test_rollout.py (file order), which it leaves as it found: the last test restore
 4. A replica killed (SIGKILL on vf-lab-a's `vllm serve` process) under load: the failed requests are at most those
    in flight on it, the balancer routes around it, Docker restarts the container (unless-stopped), it passes
    /health, the balancer takes it back and it serves again.
+   A Prometheus with the product's scrape jobs and rules (the replicas and the balancer's HAProxy exporter) sees
+   VllmReplicaOutOfBalancer (3, 4) and VllmEndpointDown (4) fire and clear.
 5. The inventory's balancer restored under load (a reload): 0 failed.
 
 Figures go to artifacts/deploy/fleet-serving.json and the test output (the README's table).
@@ -32,14 +34,21 @@ import collections
 import http.client
 import json
 import os
+import shutil
 import ssl
+import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 
+from .._helpers import free_port
 from .conftest import (
     API_KEY,
     HOSTS,
@@ -47,6 +56,7 @@ from .conftest import (
     ROOT,
     SERVED,
     SERVER_HEADER,
+    STATS_PORT,
     Lab,
     inspect,
     lb_connection,
@@ -60,6 +70,74 @@ FIGURES = ROOT / "artifacts" / "deploy" / "fleet-serving.json"
 VICTIM = "vf-lab-a"  # the replica with a core to itself (conftest CORES): its restart does not starve the others
 # The generating check is on while the faults run: a replica whose engine stops is found by a real token.
 POLICY_VARS = {"vllm_lb_check_generate": True}
+
+
+class Prometheus:
+    """A Prometheus (the test bed's, Debian 12's 2.42) with the product's scrape jobs and alert rules for the lab: the
+    three replicas and the balancer's HAProxy exporter, 1 s scrapes and evaluations, the two alerts' `for` shortened
+    (VllmEndpointDown 5 s, VllmReplicaOutOfBalancer 2 s) so a fault of a minute shows them fire and clear. The
+    monitoring role itself needs systemd, which this machine lacks (molecule/monitoring runs it)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def firing(self, alert: str, **labels: str) -> bool:
+        with urllib.request.urlopen(f"{self.url}/api/v1/alerts", timeout=5) as resp:
+            alerts = json.loads(resp.read())["data"]["alerts"]
+        return any(a["labels"]["alertname"] == alert and a["state"] == "firing"
+                   and all(a["labels"].get(k) == v for k, v in labels.items()) for a in alerts)
+
+    def wait(self, alert: str, firing: bool, timeout: float, **labels: str) -> float | None:
+        """Seconds until ``alert`` is firing (or not), None when it did not within ``timeout``."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.firing(alert, **labels) == firing:
+                return round(time.monotonic() - start, 1)
+            time.sleep(0.5)
+        return None
+
+
+@pytest.fixture(scope="module")
+def prometheus(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is missing: run scripts/testbed/60-prometheus.sh (make testbed)")
+    workdir: Path = tmp_path_factory.mktemp("lab-prometheus")
+    rules = mr.alert_rules({"endpoint_down_for": "5s", "out_of_balancer_for": "2s"})
+    (workdir / "vllm-fleet.rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1000))
+    targets = [{"host": host, "address": "127.0.0.1", "vllm_ports": [port], "node_exporter": False}
+               for host, port in HOSTS.items()]
+    jobs = mr.scrape_configs(targets, scrape_interval="1s",
+                             balancers=[{"host": "vf-lab-lb", "address": "127.0.0.1", "port": STATS_PORT}])
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "rule_files": [str(workdir / "vllm-fleet.rules.yml")], "scrape_configs": jobs}
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port(range(18330, 18340))
+    log = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                               stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("Prometheus did not become ready:\n" + (workdir / "prometheus.log").read_text())
+            time.sleep(0.5)
+        yield Prometheus(url)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
 
 
 def _figure(name: str, value: Any) -> None:
@@ -257,7 +335,7 @@ def _wait_status(name: str, up: bool, timeout: float) -> float:
     raise AssertionError(f"{name} not {'UP' if up else 'out'} after {timeout} s: {LbWatch.read()}")
 
 
-def test_an_engine_that_stops_is_taken_out_and_comes_back(lab: Lab) -> None:
+def test_an_engine_that_stops_is_taken_out_and_comes_back(lab: Lab, prometheus: Prometheus) -> None:
     """SIGSTOP on the EngineCore process: the API still answers /health (200), no token comes; the generating check
     (interval 1 s, timeout 3 s, fall 3) takes it out; SIGCONT brings it back (rise 2)."""
     # The generating check on (the way a user turns it on: the balancer's inventory, site.yml; a reload under load).
@@ -271,6 +349,7 @@ def test_an_engine_that_stops_is_taken_out_and_comes_back(lab: Lab) -> None:
         try:
             out_s = _wait_status(VICTIM, up=False, timeout=60)
             health = _health(HOSTS[VICTIM])
+            alert_s = prometheus.wait("VllmReplicaOutOfBalancer", True, 30, server=VICTIM)
             time.sleep(5)  # out of the balancer: new requests go to the others
             stot = LbWatch.read()[VICTIM][1]
             time.sleep(5)
@@ -278,20 +357,23 @@ def test_an_engine_that_stops_is_taken_out_and_comes_back(lab: Lab) -> None:
         finally:
             os.kill(pid, 18)  # SIGCONT
         back_s = _wait_status(VICTIM, up=True, timeout=60)
+        cleared_s = prometheus.wait("VllmReplicaOutOfBalancer", False, 30, server=VICTIM)
         time.sleep(3)
     figures = load.report()
-    result = {"switch_to_generating_check": switch, "sent": figures["sent"], "failed": figures["failed"],
+    result = {"alert_fired_after_out_s": alert_s, "alert_cleared_after_back_s": cleared_s,
+              "switch_to_generating_check": switch, "sent": figures["sent"], "failed": figures["failed"],
               "seconds_until_out": out_s,
               "seconds_until_back_after_sigcont": back_s, "health_while_stopped": health,
               "new_sessions_while_out": stot_while_out, "p99_s": round(figures["p99_s"] or 0, 3)}
     _figure("engine_stopped", result)
     assert health == 200, f"vLLM's /health while the engine is stopped: {health}"
+    assert alert_s is not None and cleared_s is not None, result  # the alert fired while it was out, and cleared
     assert stot_while_out == 0, result
     assert figures["failed"] == 0, figures
     assert out_s <= 20, result
 
 
-def test_a_killed_replica_is_routed_around_restarted_and_rejoins(lab: Lab) -> None:
+def test_a_killed_replica_is_routed_around_restarted_and_rejoins(lab: Lab, prometheus: Prometheus) -> None:
     _wait_all_up()
     restarts = inspect(VICTIM)["RestartCount"]
     pid, _engine = _vllm_pids(VICTIM)
@@ -301,13 +383,24 @@ def test_a_killed_replica_is_routed_around_restarted_and_rejoins(lab: Lab) -> No
         killed_at = time.monotonic()
         out_s = _wait_status(VICTIM, up=False, timeout=30)
         sent_at_out = len(load.latencies) + len(load.failures)
+        # Both alerts while it restarts (vLLM's /metrics is gone, the balancer holds it DOWN), measured from the kill.
+        fired = {alert: prometheus.wait(alert, True, 60, **labels)
+                 for alert, labels in (("VllmReplicaOutOfBalancer", {"server": VICTIM}),
+                                       ("VllmEndpointDown", {"host": VICTIM}))}
+        fired = {alert: None if s is None else round(time.monotonic() - killed_at, 1) for alert, s in fired.items()}
         back_s = _wait_status(VICTIM, up=True, timeout=600)
+        back_at = time.monotonic()
+        cleared = {alert: prometheus.wait(alert, False, 30, **labels)
+                   for alert, labels in (("VllmReplicaOutOfBalancer", {"server": VICTIM}),
+                                         ("VllmEndpointDown", {"host": VICTIM}))}
+        cleared = {alert: None if s is None else round(time.monotonic() - back_at, 1) for alert, s in cleared.items()}
         stot_back = LbWatch.read()[VICTIM][1]
         time.sleep(8)
         stot_after = LbWatch.read()[VICTIM][1]
     figures = load.report()
     info = inspect(VICTIM)
-    result = {"sent": figures["sent"], "failed": figures["failed"], "in_flight_bound": load.workers,
+    result = {"alerts_fired_after_kill_s": fired, "alerts_cleared_after_back_s": cleared,
+              "sent": figures["sent"], "failed": figures["failed"], "in_flight_bound": load.workers,
               "seconds_until_routed_around": out_s, "seconds_until_back": round(back_s + out_s, 1),
               "sent_until_out": sent_at_out, "restart_count": info["RestartCount"] - restarts,
               "health_after": _health(HOSTS[VICTIM]), "new_sessions_after_back": stot_after - stot_back,
@@ -319,6 +412,7 @@ def test_a_killed_replica_is_routed_around_restarted_and_rejoins(lab: Lab) -> No
     assert figures["failed"] <= load.workers, result  # at most the requests in flight on it (one per client)
     assert out_s <= 15, result
     assert stot_after > stot_back, result
+    assert None not in fired.values() and None not in cleared.values(), result  # both alerts fired and cleared
 
 
 def test_the_inventory_s_balancer_restored_under_load(lab: Lab) -> None:
