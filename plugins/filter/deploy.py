@@ -7,6 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import (
+    BalancerError,
+    routing,
+    tls_names,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.launch import (
     LaunchError,
     container_env,
@@ -42,7 +47,7 @@ def _plain(value: Any) -> Any:
 def _call(filter_name: str, func: Any, /, *args: Any, **kwargs: Any) -> Any:
     try:
         return func(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
-    except (RolloutError, LaunchError) as exc:
+    except (RolloutError, LaunchError, BalancerError) as exc:
         raise AnsibleFilterError(f"{filter_name}: {exc}") from exc
 
 
@@ -101,6 +106,16 @@ def vllm_lb_servers(launches: Any) -> list[dict[str, Any]]:
     return result
 
 
+def vllm_lb_routing(settings: Any) -> dict[str, Any]:
+    result: dict[str, Any] = _call("vllm_lb_routing", routing, dict(settings or {}))
+    return result
+
+
+def vllm_lb_tls_names(bind_address: Any, names: Any = None) -> list[str]:
+    result: list[str] = _call("vllm_lb_tls_names", tls_names, str(bind_address), list(names or []))
+    return result
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -110,4 +125,6 @@ class FilterModule:
             "vllm_retries": vllm_retries,
             "vllm_container_env": vllm_container_env,
             "vllm_lb_servers": vllm_lb_servers,
+            "vllm_lb_routing": vllm_lb_routing,
+            "vllm_lb_tls_names": vllm_lb_tls_names,
         }

@@ -35,6 +35,8 @@ monitoring_vllm_versions = ud.fleet_versions
 # Per-host target descriptions from the inventory (address, vLLM ports, node exporter, DCGM): no adaptation
 # needed, so the filter is the function itself.
 monitoring_targets = mr.targets_from_inventory
+# The balancers' exporter targets (each vllm_lb host's stats port).
+monitoring_balancer_targets = mr.balancer_targets
 
 
 def monitoring_scrape_configs(
@@ -42,9 +44,10 @@ def monitoring_scrape_configs(
     node_exporter_port: int = mr.NODE_EXPORTER_PORT,
     dcgm_exporter_port: int = mr.DCGM_EXPORTER_PORT,
     scrape_interval: str = "15s",
+    balancers: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     try:
-        return mr.scrape_configs(targets, node_exporter_port, dcgm_exporter_port, scrape_interval)
+        return mr.scrape_configs(targets, node_exporter_port, dcgm_exporter_port, scrape_interval, balancers)
     except (ValueError, KeyError) as exc:
         raise AnsibleFilterError(f"monitoring targets: {exc}") from exc
 
@@ -136,6 +139,7 @@ class FilterModule:
             "monitoring_targets": monitoring_targets,
             "monitoring_vllm_versions": monitoring_vllm_versions,
             "monitoring_scrape_configs": monitoring_scrape_configs,
+            "monitoring_balancer_targets": monitoring_balancer_targets,
             "monitoring_dashboard": monitoring_dashboard,
             "monitoring_exporter_listen": monitoring_exporter_listen,
             "autotune_grid": autotune_grid,

@@ -14,6 +14,9 @@ from typing import Any
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError, validate_facts
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import (
+    DEFAULTS as BALANCER_DEFAULTS,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_source import (
     ModelSourceError,
     is_reference,
@@ -90,8 +93,13 @@ def fleet_lb_inputs(names: Sequence[str], hostvars: Any, defaults: Mapping[str, 
                 ports.append(int(value))
         address = hv.get("ansible_host", name)
         servers = hv.get("vllm_lb_servers")
+        # The routing and TLS settings preflight checks (balancer.balancer_problems); the key's value stays here.
+        settings = {var: hv[var] if var in hv else defaults[var] for var in BALANCER_DEFAULTS
+                    if var in hv or var in defaults}
+        settings["vllm_lb_tls_key_set"] = bool(hv.get("vllm_lb_tls_key"))
         out[str(name)] = {"address": str(address), "ports": ports, "servers": servers,
-                          "remote": "ansible_host" in hv and hv.get("ansible_connection") != "local"}
+                          "remote": "ansible_host" in hv and hv.get("ansible_connection") != "local",
+                          "settings": settings}
     return out
 
 

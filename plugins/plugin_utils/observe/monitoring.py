@@ -24,6 +24,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.rules imp
 VLLM_JOB = "vllm"
 NODE_JOB = "node"
 DCGM_JOB = "dcgm"
+LB_JOB = "vllm_lb"
 #: The exporters' default ports (node exporter, NVIDIA DCGM exporter); roles/monitoring/defaults uses the same.
 NODE_EXPORTER_PORT = 9100
 DCGM_EXPORTER_PORT = 9400
@@ -37,6 +38,7 @@ RUNBOOKS: dict[str, str] = {
     "VllmKvCacheSaturated": "kv-cache-saturated.md",
     "VllmPreemptionsRising": "kv-cache-saturated.md",
     "VllmWaitingQueueGrowing": "waiting-queue-growing.md",
+    "VllmReplicaOutOfBalancer": "replica-not-serving.md",
 }
 
 DEFAULT_THRESHOLDS: dict[str, Any] = {
@@ -56,6 +58,7 @@ DEFAULT_THRESHOLDS: dict[str, Any] = {
     "preemption_for": "5m",
     "waiting_requests_max": 10,
     "waiting_for": "5m",
+    "out_of_balancer_for": "30s",
 }
 
 _BY = "host, model_name"
@@ -140,6 +143,9 @@ def alert_expressions(thresholds: Mapping[str, Any] | None = None) -> dict[str, 
             f"and on ({_BY})\n"
             f"(sum by ({_BY}) (deriv(vllm:num_requests_waiting[5m])) > 0)"
         ),
+        # The balancer's health check fails on a replica (HAProxy's exporter, one series per state): dead, or up
+        # but not serving (the generating check, vllm_lb_check_generate). Drained (DRAIN/MAINT) is not DOWN.
+        "VllmReplicaOutOfBalancer": f'max by (host, proxy, server) (haproxy_server_status{{job="{LB_JOB}", state="DOWN"}}) == 1',
     }
 
 
@@ -182,6 +188,11 @@ def _annotations(name: str, runbook_base_url: str) -> dict[str, str]:
             "{{ $value }} requests waiting on {{ $labels.host }} and the queue is growing",
             "vllm:num_requests_waiting is above the limit and still rising: offered load exceeds capacity.",
         ),
+        "VllmReplicaOutOfBalancer": (
+            "Replica {{ $labels.server }} is out of balancer {{ $labels.host }} (its health check fails)",
+            "HAProxy marked the server DOWN: the replica is dead (connection refused), or it answers /health but "
+            "produces no token (the generating check times out). The others take its traffic.",
+        ),
     }
     summary, description = texts[name]
     return {
@@ -205,6 +216,7 @@ def alert_rules(
         "VllmKvCacheSaturated": ("kv_cache_for", "warning"),
         "VllmPreemptionsRising": ("preemption_for", "warning"),
         "VllmWaitingQueueGrowing": ("waiting_for", "warning"),
+        "VllmReplicaOutOfBalancer": ("out_of_balancer_for", "critical"),
     }
     rules = []
     for name, multiline in exprs.items():
@@ -270,8 +282,10 @@ def scrape_configs(
     node_exporter_port: int = NODE_EXPORTER_PORT,
     dcgm_exporter_port: int = DCGM_EXPORTER_PORT,
     scrape_interval: str = "15s",
+    balancers: Iterable[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Prometheus ``scrape_configs`` from per-host target descriptions.
+    """Prometheus ``scrape_configs`` from per-host target descriptions (and the balancers' exporters:
+    ``[{"host", "address", "port"}]``, :func:`balancer_targets`).
 
     Each target: ``{"host": inventory name, "address": host or IP, "vllm_ports": [int, ...],
     "node_exporter": bool, "dcgm": bool}``.
@@ -296,6 +310,11 @@ def scrape_configs(
             node.append({"targets": [f"{address}:{int(node_exporter_port)}"], "labels": {"host": host}})
         if target.get("dcgm", False):
             dcgm.append({"targets": [f"{address}:{int(dcgm_exporter_port)}"], "labels": {"host": host}})
+    lb: list[dict[str, Any]] = []
+    for balancer in balancers or []:
+        port = int(balancer.get("port") or 0)
+        if port:  # the stats port: HAProxy's exporter answers there (0: no stats, nothing to scrape)
+            lb.append({"targets": [f"{balancer['address']}:{port}"], "labels": {"host": str(balancer["host"])}})
     _dur(scrape_interval, "scrape_interval")
     jobs: list[dict[str, Any]] = [
         {
@@ -309,7 +328,22 @@ def scrape_configs(
         jobs.append({"job_name": NODE_JOB, "scrape_interval": scrape_interval, "static_configs": node})
     if dcgm:
         jobs.append({"job_name": DCGM_JOB, "scrape_interval": scrape_interval, "static_configs": dcgm})
+    if lb:
+        jobs.append({"job_name": LB_JOB, "metrics_path": "/metrics", "scrape_interval": scrape_interval,
+                     "static_configs": lb})
     return jobs
+
+
+def balancer_targets(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The load balancers' exporter targets (``scrape_configs``' ``balancers``): each vllm_lb host's bind address
+    and stats port (HAProxy's exporter answers at /metrics there; role vllm_lb). A balancer without a stats port is
+    not scraped."""
+    out = []
+    for host in hosts:
+        hv = hostvars[host]
+        out.append({"host": str(host), "address": str(hv.get("vllm_lb_bind_address") or hv.get("ansible_host") or host),
+                    "port": int(hv.get("vllm_lb_stats_port") or 0)})
+    return out
 
 
 # --- Grafana dashboard ---------------------------------------------------------------------------
@@ -441,10 +475,10 @@ def dashboard_queries(model: Mapping[str, Any]) -> list[str]:
 
 
 def series_names(expr: str) -> set[str]:
-    """Metric names an expression references: ``vllm:*``, ``DCGM_*`` and ``up``."""
+    """Metric names an expression references: ``vllm:*``, ``DCGM_*``, ``haproxy_*`` and ``up``."""
     bare = re.sub(r'"[^"]*"|\{[^}]*\}|\[[^\]]*\]', " ", expr)
     tokens = re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare)
-    return {tok for tok in tokens if ":" in tok or tok.startswith("DCGM_") or tok == "up"}
+    return {tok for tok in tokens if ":" in tok or tok.startswith(("DCGM_", "haproxy_")) or tok == "up"}
 
 
 def exporter_listen(address: str, port: int) -> dict[str, str]:

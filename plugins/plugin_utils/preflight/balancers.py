@@ -4,7 +4,8 @@
 well-formed and an address it can reach.
 
 A balancer's backends are the ``vllm_lb_servers`` the inventory sets (``[{server, address, port}]``), or, when it
-sets none, every vLLM host's replicas (deploy.yml fills them from each host's ``vllm_serve_backends``). A backend on
+sets none, every vLLM host's replicas (deploy.yml fills them from each host's ``vllm_serve_backends``); its routing
+policy and TLS settings are valid (``deploy/balancer.py``). A backend on
 a loopback address is only reachable from its own machine, so a balancer on another address cannot reach it.
 Pure (stdlib only, typed); one-line messages naming the balancer, the backend and the fix.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
+
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.balancer import balancer_problems
 
 __all__ = ["check_balancers", "is_loopback"]
 
@@ -45,7 +48,8 @@ def _server_problem(index: int, server: Any) -> str:
 def check_balancers(lbs: Mapping[str, Mapping[str, Any]], vllm_addresses: Mapping[str, str]) -> list[str]:
     """Refuse malformed backends and backends the balancer cannot reach.
 
-    :param lbs: ``{name: {"address": str, "servers": list or None, "remote": bool}}`` (``servers``: the inventory's
+    :param lbs: ``{name: {"address": str, "servers": list or None, "remote": bool, "settings": dict}}`` (``settings``:
+        its vllm_lb_* routing and TLS variables, ``vllm_lb_tls_key_set`` for the key; ``servers``: the inventory's
         vllm_lb_servers; ``remote``: the balancer has its own ``ansible_host`` and is not a local connection, so its
         address is another machine's; only then is a loopback backend unreachable from it)
     :param vllm_addresses: every vLLM host's address (what deploy.yml gives the balancers when servers is unset)
@@ -53,6 +57,7 @@ def check_balancers(lbs: Mapping[str, Mapping[str, Any]], vllm_addresses: Mappin
     errors: list[str] = []
     for lb in sorted(lbs, key=str):
         item = lbs[lb]
+        errors += balancer_problems(str(lb), dict(item.get("settings") or {}))
         remote = bool(item.get("remote")) and not is_loopback(str(item.get("address") or lb))
         servers = item.get("servers")
         if servers not in (None, []):

@@ -2,8 +2,9 @@
 
 Three inventory hosts (vf-lab-a/b/c, local connections on this machine, distinct container names and ports
 18310-18312, traffic on 127.0.0.1) in the ``cpu_lane`` SKU group, a load-balancer host (vf-lab-lb, HAProxy on
-127.0.0.1:18300, stats 18301) and the API key in an ansible-vault file (group_vars/all/vault.yml, opened with
---vault-password-file). Nothing sets ``vllm_serve_*`` plans or launch details by hand: preflight discovers the
+127.0.0.1:18300 with TLS only, stats 18301) and the API key and the TLS key in an ansible-vault file
+(group_vars/all/vault.yml, opened with --vault-password-file). The certificate (self-signed for 127.0.0.1, made with
+openssl) is in the inventory; clients verify it (``lb_connection``). Nothing sets ``vllm_serve_*`` plans or launch details by hand: preflight discovers the
 facts, plans and writes the launch records; every stage reads them.
 
 The lab is package-scoped: its first converge is made once and serves test_fleet_lab.py (authentication,
@@ -21,9 +22,11 @@ stops at the stage, before any container; the next one resumes and converges. te
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
@@ -50,6 +53,7 @@ HOSTS = {"vf-lab-a": 18310, "vf-lab-b": 18311, "vf-lab-c": 18312}
 # second batch, so a starting replica never shares its core with one that is serving.
 CORES = {"vf-lab-a": "1", "vf-lab-b": "0", "vf-lab-c": "0"}
 SERVED = "tiny-model"
+SERVER_HEADER = "X-Vllm-Fleet-Server"
 # Eager mode starts in ~1.5-2.5 min instead of ~5 (no inductor warm-up); eager needs fp16 on AMX CPUs
 # (docs/notes/cpu-kv-sizing.md section 9). Pinned the way a user pins: vllm_fleet_engine_args.
 ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "dtype": "float16",
@@ -73,6 +77,34 @@ def content_revision(files: dict[str, bytes]) -> str:
     """A mirror's revision for ``files``: 40 hex digits of their digests, like a Hub commit."""
     rows = sorted((name, hashlib.sha256(data).hexdigest()) for name, data in files.items())
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:40]
+
+
+# TLS at the balancer: the lab's certificate (for 127.0.0.1) in the inventory, its key in the vault; clients verify it.
+_TLS: dict[str, Any] = {}
+
+
+def lb_tls_context() -> ssl.SSLContext:
+    """A client context that trusts only the lab balancer's certificate (Lab writes it) and checks its name."""
+    context: ssl.SSLContext = _TLS["context"]
+    return context
+
+
+def lb_connection(timeout: float = 120) -> http.client.HTTPSConnection:
+    """A verified HTTPS connection to the lab's balancer (127.0.0.1:LB_PORT)."""
+    return http.client.HTTPSConnection("127.0.0.1", LB_PORT, timeout=timeout, context=lb_tls_context())
+
+
+def _lab_certificate(workdir: Path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM), made with openssl as an operator would."""
+    key, cert = workdir / "tls-key.pem", workdir / "tls-cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=vf-lab-lb",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, text=True)
+    pem_key = key.read_text()
+    key.unlink()
+    context = ssl.create_default_context(cafile=str(cert))
+    _TLS.update(context=context, cert=str(cert), key=pem_key)
+    return cert.read_text(), pem_key
 
 
 def docker(*args: str) -> str:
@@ -102,6 +134,7 @@ class Lab:
         self.first: subprocess.CompletedProcess[str] | None = None
         self.first_seconds = 0.0
         local = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV / "python")}
+        self.tls_cert, self.tls_key = _lab_certificate(workdir)
         hosts = {name: dict(local, vllm_serve_port=port, vllm_serve_container_name=name,
                             vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": CORES[name]},
                             vllm_fleet_model_root=str(workdir / "models" / name))
@@ -111,7 +144,11 @@ class Lab:
             "vllm_lb": {"hosts": {"vf-lab-lb": dict(
                 local, vllm_lb_bind_address="127.0.0.1", vllm_lb_port=LB_PORT, vllm_lb_stats_port=STATS_PORT,
                 vllm_lb_config_dir=str(workdir / "lb"), vllm_lb_run_dir=str(workdir / "lb-run"),
-                vllm_lb_socket=str(workdir / "lb-run" / "admin.sock"), vllm_lb_service_manager="process")}},
+                vllm_lb_socket=str(workdir / "lb-run" / "admin.sock"), vllm_lb_service_manager="process",
+                # HTTPS only, with the inventory's certificate (its key is in the vault below).
+                vllm_lb_tls=True, vllm_lb_tls_certificate=self.tls_cert,
+                # Which replica answered each request (test_fleet_serving.py measures affinity from it).
+                vllm_lb_server_header=SERVER_HEADER)}},
         }}}
         (self.inventory / "group_vars" / "all").mkdir(parents=True)
         (self.inventory / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
@@ -141,10 +178,10 @@ class Lab:
         self.vault_pass = workdir / "vault-pass"
         self.vault_pass.write_text(VAULT_PASSWORD + "\n")
         vault = self.inventory / "group_vars" / "all" / "vault.yml"
-        vault.write_text(yaml.safe_dump({"vllm_fleet_api_key": API_KEY}))
+        vault.write_text(yaml.safe_dump({"vllm_fleet_api_key": API_KEY, "vllm_lb_tls_key": self.tls_key}))
         subprocess.run([str(VENV / "ansible-vault"), "encrypt", "--vault-password-file", str(self.vault_pass),
                         str(vault)], check=True, capture_output=True, text=True)
-        assert API_KEY not in vault.read_text()
+        assert API_KEY not in vault.read_text() and self.tls_key not in vault.read_text()
 
     def play(self, *extra: str, playbook: str = "site.yml", timeout: int = 2400) -> subprocess.CompletedProcess[str]:
         cmd = [str(VENV / "ansible-playbook"), "-i", str(self.inventory), playbook,

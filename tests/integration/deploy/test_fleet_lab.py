@@ -5,7 +5,8 @@
 - what each container runs (engine config file, command, environment names, GPUs, port) equals its record
   in plans.json;
 - a second run reports changed=0 on every host (at -vvv), and --check --diff on the converged fleet too;
-- the key appears in no output (any run, -vvv included) and in no artifact.
+- the key (and the balancer's TLS key) appears in no output (any run, -vvv included) and in no artifact;
+- the balancer speaks HTTPS only: its clients verify the lab's certificate (conftest.lb_connection).
 
 Figures go to artifacts/deploy/fleet-lab.json and the test output.
 """
@@ -36,6 +37,7 @@ from .conftest import (
     Lab,
     containers,
     inspect,
+    lb_connection,
     ok,
     recap,
 )
@@ -58,7 +60,8 @@ def _completion(port: int, key: str | None) -> int:
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    # The balancer speaks HTTPS only (its certificate verified); the replicas behind it plain HTTP on 127.0.0.1.
+    conn = lb_connection() if port == LB_PORT else http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
         conn.request("POST", "/v1/completions", body, headers)
         resp = conn.getresponse()
@@ -186,12 +189,22 @@ def test_second_run_changes_nothing_and_check_diff_agrees(lab: Lab) -> None:
 def test_the_key_is_in_no_output_and_no_artifact(lab: Lab) -> None:
     assert lab.outputs, "no run was recorded"
     assert any("-vvv" in o or "<127.0.0.1>" in o or "ESTABLISH LOCAL CONNECTION" in o for o in lab.outputs)
+    key_lines = [line for line in lab.tls_key.splitlines() if line and not line.startswith("-----")]
     for index, output in enumerate(lab.outputs):
         assert API_KEY not in output, f"run {index} printed the API key"
+        assert not any(line in output for line in key_lines), f"run {index} printed the TLS key"
     leaked = []
     for base in (lab.artifacts, lab.workdir / "serve", lab.workdir / "feedback", lab.workdir / "lb",
                  ROOT / "artifacts"):
         for path in Path(base).rglob("*") if Path(base).exists() else []:
-            if path.is_file() and API_KEY.encode() in path.read_bytes():
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            # The balancer's own secrets, 0600 on its host: the generating check's key (HAProxy's environment) and
+            # the TLS key. Anywhere else either is a leak.
+            if path in (lab.workdir / "lb" / "check.env", lab.workdir / "lb" / "tls" / "fleet.pem.key"):
+                assert path.stat().st_mode & 0o777 == 0o600, path
+                continue
+            if API_KEY.encode() in data or any(line.encode() in data for line in key_lines):
                 leaked.append(str(path))
     assert not leaked, leaked

@@ -23,7 +23,6 @@ the README's rollout figures are this module's printed lines.
 from __future__ import annotations
 
 import csv
-import http.client
 import io
 import json
 import subprocess
@@ -39,13 +38,13 @@ from .conftest import (
     API_KEY,
     ENGINE_ARGS,
     HOSTS,
-    LB_PORT,
     ROOT,
     SERVED,
     STATS_PORT,
     Lab,
     containers,
     inspect,
+    lb_connection,
     ok,
     recap,
 )
@@ -76,7 +75,7 @@ class Load:
         body = json.dumps({"model": SERVED, "prompt": "The fleet", "max_tokens": 8, "temperature": 0})
         start = time.monotonic()
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", LB_PORT, timeout=120)
+            conn = lb_connection()  # HTTPS, the balancer's certificate verified
             conn.request("POST", "/v1/completions", body,
                          {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
             resp = conn.getresponse()

@@ -16,7 +16,7 @@ PLAN = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "deploy" /
 def test_every_filter_is_exported() -> None:
     assert set(FILTERS) == {
         "vllm_health_gate", "vllm_serial", "vllm_metric_sum", "vllm_retries", "vllm_container_env",
-        "vllm_lb_servers",
+        "vllm_lb_servers", "vllm_lb_routing", "vllm_lb_tls_names",
     }
 
 

@@ -219,3 +219,15 @@ def test_exporter_ports_are_the_roles_defaults() -> None:
 )
 def test_exporter_listen_address_against_the_scraped_port(address: str, port: int, problem: str, url: str) -> None:
     assert mr.exporter_listen(address, port) == {"problem": problem, "local_url": url}
+
+
+def test_the_balancers_exporter_is_scraped_and_a_replica_out_of_it_alerts() -> None:
+    hostvars = {"lb": {"vllm_lb_bind_address": "10.0.0.9", "vllm_lb_stats_port": 8404}, "lb2": {}}
+    balancers = mr.balancer_targets(["lb", "lb2"], hostvars)
+    jobs = mr.scrape_configs([{"host": "h1", "address": "10.0.0.1", "vllm_ports": [8000]}], balancers=balancers)
+    (lb_job,) = [job for job in jobs if job["job_name"] == mr.LB_JOB]
+    assert lb_job["static_configs"] == [{"targets": ["10.0.0.9:8404"], "labels": {"host": "lb"}}]  # lb2: no stats
+    assert mr.LB_JOB not in [job["job_name"] for job in mr.scrape_configs([{"host": "h1", "vllm_ports": [8000]}])]
+    rule = {r["alert"]: r for r in mr.alert_rules()["groups"][0]["rules"]}["VllmReplicaOutOfBalancer"]
+    assert 'state="DOWN"' in rule["expr"] and rule["for"] == "30s" and rule["labels"]["severity"] == "critical"
+    assert rule["annotations"]["runbook_url"] == "docs/runbooks/replica-not-serving.md"

@@ -129,3 +129,17 @@ def test_an_amd_host_stops_at_facts_with_one_line() -> None:
     assert result["stage"] == "facts" and result["records"] == {}
     assert len(result["errors"]) == 1
     assert result["errors"][0].startswith("m: AMD Instinct MI300X (gfx942) is AMD: ")
+
+
+def test_a_bad_routing_policy_is_refused_by_the_fleet_step_with_what_to_change() -> None:
+    """The balancer's settings as the preflight filter hands them over (plugins/filter/preflight.fleet_lb_inputs):
+    a misspelt policy stops the run before any host changes; a good one passes."""
+    hosts = {"a": _state("a", "h200-01", ["gpu_h200"])}
+    lb = {"address": "lb.example.invalid", "ports": [8080], "servers": None, "remote": False}
+    bad = fleet_preflight(hosts, recorded=True, planning=False,
+                          lbs={"lb": dict(lb, settings={"vllm_lb_policy": "prefix_aware"})})
+    assert bad["errors"] == ["lb: vllm_lb_policy must be one of least_conn, session, cache_aware, got 'prefix_aware'"
+                             " (did you mean 'cache_aware'?)"], bad["errors"]
+    good = fleet_preflight(hosts, recorded=True, planning=False,
+                           lbs={"lb": dict(lb, settings={"vllm_lb_policy": "cache_aware", "vllm_lb_prefix_bytes": 512})})
+    assert good["errors"] == [], good["errors"]
