@@ -87,9 +87,11 @@ def autotune_overrides(decision: dict[str, Any], current: dict[str, Any] | None 
 
 # ---- plan feedback --------------------------------------------------------------------------------
 
-def vllm_plan_feedback(logs: Any, plan: Any, host: str, tolerance: float = pf.DEFAULT_TOLERANCE) -> dict[str, Any]:
+def vllm_plan_feedback(logs: Any, plan: Any, host: str, tolerance: float = pf.DEFAULT_TOLERANCE,
+                       planned_with: Any = None) -> dict[str, Any]:
     try:
-        return pf.host_feedback(host, plan, pf.log_entries(logs), float(tolerance))
+        return pf.host_feedback(host, plan, pf.log_entries(logs), float(tolerance),
+                                planned_with if isinstance(planned_with, Mapping) else None)
     except (pf.FeedbackError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_plan_feedback: {exc}") from exc
 
@@ -124,7 +126,8 @@ def vllm_startup_diagnosis(log: Any, engine_args: Any, plan: Any, planning_input
     proposal = corr.propose(failure, dict(engine_args), request_tokens=profile.request_tokens,
                             min_concurrency=profile.min_concurrency, pinned=pinned, lane=lane,
                             gpu_total_gib=memory.get("total") if lane == "gpu" else None,
-                            autocorrect=bool(autocorrect))
+                            autocorrect=bool(autocorrect),
+                            multinode_group=str(item["multinode_group"]) if item.get("multinode_group") else None)
     key = ln.key_for_input(item) if item else None
     return {"failure": failure, "correction": proposal, "key": key}
 

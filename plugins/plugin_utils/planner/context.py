@@ -8,6 +8,7 @@ from typing import Any
 from .inputs import Gpu, Policy, Profile
 from .lora import LoraSlots
 from .model import ModelSpec
+from .observed import Observed
 from .precision import Precision
 from .rules import VersionRules
 from .speculative import SpecDecode
@@ -27,6 +28,8 @@ class PlanInputs:
     extra_args: tuple[str, ...] = ()  # the user's extra vllm serve args (checked), verbatim after the engine args
     speculative: SpecDecode | None = None  # the user's speculative_config, resolved (speculative.resolve_speculative)
     lora: LoraSlots | None = None  # --enable-lora's preallocated adapter slots (lora.resolve_lora)
+    # an identical host's last good start (observed.py): its logged components replace the estimate on its layout
+    observed: Observed | None = None
 
 
 @dataclass(frozen=True)
