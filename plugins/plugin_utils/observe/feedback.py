@@ -191,7 +191,7 @@ def host_feedback(
         result["device"] = parsed["device"]
         result["evidence"] = parsed["lines"]
         replicas.append(result)
-    from . import learned  # noqa: PLC0415 (learned reads this module's parser)
+    from . import learned
 
     order = {"ok": 0, "warn": 1, "missing": 2}
     status = max((r["status"] for r in replicas), key=order.__getitem__, default="missing")

@@ -51,7 +51,6 @@ from .inputs import (
     resolve_profile,
 )
 from .lora import resolve_lora
-from .observed import resolve_observed
 from .memory import (
     CUDA_GRAPH_PER_LAYER_GRAPH,
     NON_TORCH_BASE,
@@ -64,6 +63,7 @@ from .memory import (
     kv_layout,
 )
 from .model import ModelConfigError, ModelSpec, parse_model_config, with_user_state_dtypes
+from .observed import resolve_observed
 from .perf import plan_performance
 from .plan_types import Plan
 from .precision import reconcile_weights, resolve_precision

@@ -11,7 +11,6 @@ from .decision import Decision
 from .engine_args import wanted_max_model_len
 from .errors import PlanError
 from .hardware import GIB, MIB
-from .observed import reasons as observed_reasons
 from .memory import (
     KvLayout,
     Memory,
@@ -22,6 +21,7 @@ from .memory import (
     state_blocks_per_request,
     weights_per_stage,
 )
+from .observed import reasons as observed_reasons
 from .plan_types import Parallel, Plan, assemble_plan
 from .rules import CPU_ATTENTION_HEAD_SIZES
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule

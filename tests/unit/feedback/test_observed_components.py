@@ -13,6 +13,7 @@ from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import feedback, learned
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import plan
+
 from vllm_fleet.calibration import observation_inputs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +39,7 @@ def test_the_components_vllm_printed() -> None:
 
 
 def test_an_identical_host_is_planned_from_what_vllm_logged() -> None:
-    obs, kwargs = _case()
+    _obs, kwargs = _case()
     first = plan(**kwargs)
     log = (FIX / "vllm-0.10.2-h100-llava.log").read_text()
     report = feedback.host_feedback("h100-a", first, [{"replica": "h100-a-vllm", "log": log}])
@@ -63,7 +64,7 @@ def test_an_identical_host_is_planned_from_what_vllm_logged() -> None:
 
 
 def test_an_observation_of_another_version_or_layout_is_not_used() -> None:
-    obs, kwargs = _case()
+    _obs, kwargs = _case()
     first = plan(**kwargs)
     log = (FIX / "vllm-0.10.2-h100-llava.log").read_text()
     seen = learned.observation("h100-a", first, [{"replica": "r", "log": log}])

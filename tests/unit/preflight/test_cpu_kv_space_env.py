@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.fleet import with_cpu_kv_space
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import fleet_launch, host_input
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.preflight.record import (
+    fleet_launch,
+    host_input,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU = json.loads((ROOT / "tests" / "fixtures" / "planner" / "cpu_host.json").read_text())
