@@ -120,8 +120,12 @@ def vllm_startup_diagnosis(log: Any, engine_args: Any, plan: Any, planning_input
     failure = sf.classify(log)
     memory = plan.get("memory_gib") or {}
     lane = "cpu" if plan.get("device") == "cpu" else "gpu"
-    if pins is None:  # the planning input's engine_args are the user's pins (vllm_fleet_engine_args)
-        pins = options.get("engine_args") or {}
+    if pins is None:  # the planning input's engine_args are the user's pins (vllm_fleet_engine_args)...
+        pins = dict(options.get("engine_args") or {})
+        # ...but a value learned on an identical host (preflight/fleet.py with_learned) is not the user's: it may be
+        # corrected again
+        learned = {str(k).replace("_", "-") for k in ((item.get("learned") or {}).get("changes") or {})}
+        pins = {k: v for k, v in pins.items() if str(k).replace("_", "-") not in learned}
     pinned = [str(k).replace("_", "-") for k in pins] if isinstance(pins, Mapping) else []
     proposal = corr.propose(failure, dict(engine_args), request_tokens=profile.request_tokens,
                             min_concurrency=profile.min_concurrency, pinned=pinned, lane=lane,

