@@ -72,9 +72,10 @@ def test_an_observation_of_another_version_or_layout_is_not_used() -> None:
     other = plan(**{**kwargs, "vllm_version": "0.32.0"}, observed=seen)
     assert "observed.activation" not in other["reasons"]
     assert other["reasons"]["observed"].endswith("not used: vLLM 0.10.2 ran it, this plan is for 0.32.0")
-    two = dict(kwargs, facts={**kwargs["facts"], "gpus": kwargs["facts"]["gpus"] * 2, "nvlink_domains": [[0, 1]]},
-               engine_args={**kwargs["engine_args"], "tensor_parallel_size": 2})
-    two["facts"]["gpus"] = [dict(g, index=i) for i, g in enumerate(two["facts"]["gpus"])]
+    gpus = [dict(g, index=i) for i, g in enumerate(kwargs["facts"]["gpus"] * 2)]
+    two: dict[str, Any] = {**kwargs}
+    two["facts"] = {**kwargs["facts"], "gpus": gpus, "nvlink_domains": [[0, 1]]}
+    two["engine_args"] = {**kwargs["engine_args"], "tensor_parallel_size": 2}
     tp2 = plan(**two, observed=seen)
     assert "observed.weights" not in tp2["reasons"] and "(the estimate stays)" in tp2["reasons"]["observed"]
     assert tp2["memory_gib"] == plan(**two)["memory_gib"]
@@ -84,6 +85,7 @@ def test_a_pin_still_wins() -> None:
     _obs, kwargs = _case()
     seen = learned.observation("h100-a", plan(**kwargs),
                                [{"replica": "r", "log": (FIX / "vllm-0.10.2-h100-llava.log").read_text()}])
-    pinned = dict(kwargs, engine_args={**kwargs["engine_args"], "max_num_seqs": 64})
+    pinned: dict[str, Any] = {**kwargs}
+    pinned["engine_args"] = {**kwargs["engine_args"], "max_num_seqs": 64}
     got = plan(**pinned, observed=seen)
     assert got["engine_args"]["max-num-seqs"] == 64 and got["reasons"]["max-num-seqs"] == "set by you"
