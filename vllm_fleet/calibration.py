@@ -24,6 +24,7 @@ from typing import Any
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.core import PlanError, plan
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware import lookup_gpu
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.memory import (
+    KvLayout,
     kind_counts,
     kv_layout,
     state_blocks_per_request,
@@ -317,13 +318,46 @@ def layout_prediction(obs: dict[str, Any], config: dict[str, Any]) -> tuple[int,
         counts["full"] = counts.get("full", 0) + spec.mtp_layers
     prefix = bool(obs.get("enable_prefix_caching", True))
     max_len = int(obs["max_model_len"])
-    in_flight = 2 * int(obs.get("max_num_batched_tokens") or 8192)
+    in_flight = in_flight_tokens(obs)
     layout = kv_layout(spec, tuple(counts.items()), tp, kv_bytes, int(obs.get("block_size") or 16), max_len,
                        in_flight, state_blocks=state_blocks_per_request(spec, prefix), num_spec=num_spec)
     available = int(float(obs["observed"]["available_kv_gib"]) * 1024**3)
     blocks = available // layout.bytes_per_block
     concurrency = blocks / layout.blocks_per_request
-    return int(concurrency * max_len), concurrency, layout.block_size, architecture_kind(spec)
+    return logged_tokens(obs, layout, blocks, concurrency), concurrency, layout.block_size, architecture_kind(spec)
+
+
+#: The first release whose sliding-window and chunked-local groups hold the window plus every in-flight batch
+#: (VllmConfig.max_in_flight_tokens = max_concurrent_batches x max_num_batched_tokens, 0.26.0 config/vllm.py:512-529,
+#: kv_cache_interface.py:517 / :584; 0.32.0 config/vllm.py:577-598). Before it the window plus one batch:
+#: 0.25.0 kv_cache_interface.py:495 (chunked) and :561 (sliding).
+WINDOW_HOLDS_IN_FLIGHT = (0, 26, 0)
+
+
+def in_flight_tokens(obs: dict[str, Any]) -> int:
+    """Tokens past the window a sliding or chunked group holds per request in the observation's release: one batch
+    before 0.26; from 0.26 every concurrent batch (2 under async scheduling at PP 1, the default; ``pp`` at PP > 1)."""
+    batched = int(obs.get("max_num_batched_tokens") or 8192)
+    if parse_version(_version(str(obs["vllm_version"]))) < WINDOW_HOLDS_IN_FLIGHT:
+        return batched
+    pp = int(obs.get("pp") or 1)
+    return (2 if pp == 1 else pp) * batched
+
+
+#: The first release whose "GPU KV cache size" is int(max_concurrency x max_model_len) (0.22.0
+#: v1/core/kv_cache_utils.py:1724-1731, the comment there names the formula it replaced). Before it (the 0.19.0 line
+#: vllm-project/vllm#40691 quotes from kv_cache_utils.py:1319, PR #38364) the line printed
+#: num_blocks // len(kv_cache_groups) x min block size: for a hybrid model a different figure from the concurrency
+#: line's. Observed here: the 0.13.0 / 0.19.x logs follow the old formula, a 0.20.1rc1 build the new one.
+TOKENS_FROM_CONCURRENCY = (0, 20, 0)
+
+
+def logged_tokens(obs: dict[str, Any], layout: KvLayout, blocks: int, concurrency: float) -> int:
+    """The "GPU KV cache size" the observation's vLLM release prints for ``blocks`` blocks of ``layout``."""
+    if parse_version(_version(str(obs["vllm_version"]))) >= TOKENS_FROM_CONCURRENCY:
+        return int(concurrency * int(obs["max_model_len"]))
+    groups = sum(n for _kind, n, _blocks in layout.groups) or 1
+    return blocks // groups * layout.block_size
 
 
 def evaluate_layout(observations: list[dict[str, Any]], base: Path) -> list[LayoutResult]:

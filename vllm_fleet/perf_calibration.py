@@ -3,7 +3,9 @@
 A result is one JSON object per line (``tests/fixtures/calibration/perf/bench_serve_results.jsonl``): the source
 URL, the vLLM version and GPU it ran on, the model (a directory with its real config.json, relative to the results
 file), the layout and flags (``engine_args``), the workload in bench-serve terms and the published figures
-(``observed``: any of the ``--save-result`` keys). ``vllm-fleet calibrate-perf FILE`` plans each case with the
+(``observed``: any of the ``--save-result`` keys). A workload may list each request's ``lengths`` ([prompt, output]
+pairs, the ``input_lens`` / ``output_lens`` of a ``--save-result`` file): they are replayed as sent.
+``vllm-fleet calibrate-perf FILE`` plans each case with the
 planner (the version it names when verified, else the newest verified one, with a note), predicts it and prints
 the relative error per metric, the median and worst absolute error per metric, and per GPU.
 """
@@ -52,10 +54,11 @@ def workload_of(record: dict[str, Any]) -> Workload:
     """The bench-serve workload a result names."""
     w = record["workload"]
     rate = w.get("request_rate", "inf")
+    pairs = tuple((int(p), int(o)) for p, o in w.get("lengths") or ())
     return Workload(dataset=w.get("dataset_name", "random"), input_len=int(w.get("random_input_len", 1024)),
                     output_len=int(w.get("random_output_len", 128)), num_prompts=int(w["num_prompts"]),
                     max_concurrency=w.get("max_concurrency"),
-                    request_rate=math.inf if str(rate) == "inf" else float(rate))
+                    request_rate=math.inf if str(rate) == "inf" else float(rate), pairs=pairs)
 
 
 def evaluate_record(record: dict[str, Any], base: Path) -> PerfCase:

@@ -125,7 +125,8 @@ def _host_state(name: str, hv: Any, recorded_dir: str | None, artifacts_dir: str
         try:
             staged = resolve_for_host(variables)
             variables["vllm_fleet_model"] = staged["directory"]
-            variables.setdefault("vllm_fleet_served_model_path", staged["host_path"])
+            for key, value in staged["defaults"].items():
+                variables.setdefault(key, value)
             model_dir, exists, model_note = staged["host_path"], True, staged["source"]["note"]
         except ModelSourceError as exc:
             model_error = f"{exc}"

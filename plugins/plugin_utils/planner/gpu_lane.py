@@ -6,6 +6,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+from . import targets
 from .candidate import Candidate, evaluate, expert_parallel, uses_expert_parallel
 from .context import GpuInputs, PlanInputs
 from .decision import Decision
@@ -499,7 +500,11 @@ def _record_layout(g: GpuInputs, chosen: Candidate, d: Decision) -> Parallel:
     """Emit TP/PP with why (and the PCIe warning); return the parallel layout."""
     spec, gpu, prof = g.plan.spec, g.gpu, g.plan.profile
     tp, pp = chosen.tp, chosen.pp
-    if g.forced_tp is not None:
+    if g.tp_reason:
+        d.set("tensor-parallel-size", tp, g.tp_reason)
+        if tp > gpu.nvlink_domain:
+            d.warnings.append(f"TP={tp} crosses PCIe: expect slower all-reduce than inside an NVLink domain")
+    elif g.forced_tp is not None:
         d.set("tensor-parallel-size", tp, "set by you; divides the attention heads")
     elif g.dp_picked:
         d.set("tensor-parallel-size", tp, f"per data-parallel rank (attention split by TP inside a rank, experts "
@@ -676,9 +681,31 @@ def _record_lora(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     d.set("enable-lora", True, describe_lora(g.plan.spec, slots, per_gpu, chosen.tp))
 
 
+def _apply_targets(g: GpuInputs, d: Decision) -> GpuInputs:
+    """A profile with service targets chooses TP, max_num_seqs and max_num_batched_tokens (:mod:`.targets`)."""
+    prof = g.plan.profile
+    if not prof.has_targets:
+        return g
+    why_not = targets.not_applicable(g.plan, g)
+    if why_not:
+        d.note("targets", f"{prof.describe_targets()}: not used to choose the plan ({why_not}); the plan is "
+               "the profile's without them")
+        return g
+    choice = targets.choose(g, candidate_layouts(g))
+    if choice is None:
+        d.note("targets", f"{prof.describe_targets()}: no layout holds one {prof.name} request, the plan is the "
+               "profile's without them")
+        return g
+    d.note("targets", choice.summary)
+    if not choice.met:
+        d.warnings.append(f"service targets not met: {choice.summary}")
+    return targets.apply(g, choice)
+
+
 def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     """Plan one host (or a multi-host group under ``policy.max_nodes``) of identical GPUs."""
     g = gpu_inputs(ctx, gpu, d)
+    g = _apply_targets(g, d)
     warned = len(d.warnings)
     pick = pick_layout(g, candidate_layouts(g), d)
     compared_g, pick, settled = compare_moe_layouts(g, pick, d)
@@ -688,7 +715,7 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     pick.utilization.record(d)
     chosen, final_len, clamped = settled if settled is not None else settle_max_model_len(g, pick)
     check_eplb_layout(g, chosen, d)
-    schedule(ctx, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world, _moe_dp(g)).record(d, dp=g.dp)
+    schedule(g.plan, gpu, max(chosen.kv_tokens, 1), final_len, chosen.world, _moe_dp(g)).record(d, dp=g.dp)
     _record_max_model_len(g, final_len, clamped, d)
     parallel = _record_layout(g, chosen, d)
     _record_weights(g, chosen, d)

@@ -22,11 +22,40 @@ class Profile:
     min_concurrency: int  # requests of (prompt + output) tokens the KV pool must hold to be useful
     max_num_seqs_cap: int
     goal: str  # "latency" | "throughput" | "context"
+    # Service targets (planner/targets.py chooses TP, max_num_seqs and max_num_batched_tokens by them): p99 TTFT and
+    # p99 TPOT in ms as ``vllm bench serve`` reports them, at the host's expected load, either ``max_concurrency``
+    # clients or ``request_rate`` requests per second (Poisson), spread evenly over the host's replicas.
+    p99_ttft_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    max_concurrency: int | None = None
+    request_rate: float | None = None
 
     @property
     def request_tokens(self) -> int:
         """Tokens one request of this profile holds in the KV cache (prompt + output)."""
         return self.prompt_tokens + self.output_tokens
+
+    @property
+    def has_targets(self) -> bool:
+        """Whether the profile states a p99 TTFT or TPOT target (and with it the load)."""
+        return self.p99_ttft_ms is not None or self.p99_tpot_ms is not None
+
+    @property
+    def has_load(self) -> bool:
+        """Whether the profile states the host's expected load (clients or request rate)."""
+        return self.max_concurrency is not None or self.request_rate is not None
+
+    def describe_targets(self) -> str:
+        """``p99 TTFT <= 500 ms, p99 TPOT <= 50 ms at 64 concurrent clients`` (empty without targets)."""
+        parts = [f"p99 {name} <= {value:g} ms" for name, value in (("TTFT", self.p99_ttft_ms),
+                                                                    ("TPOT", self.p99_tpot_ms)) if value is not None]
+        return ", ".join(parts) + (f" at {self.load_text()}" if self.has_load else "")
+
+    def load_text(self) -> str:
+        """``64 concurrent clients`` or ``12 requests/s``."""
+        if self.max_concurrency is not None:
+            return f"{self.max_concurrency} concurrent clients"
+        return f"{self.request_rate:g} requests/s" if self.request_rate is not None else ""
 
 
 PROFILES: dict[str, Profile] = {
@@ -38,10 +67,15 @@ PROFILES: dict[str, Profile] = {
                             min_concurrency=2, max_num_seqs_cap=64, goal="context"),
 }
 GOAL_SEQS_CAP = {"latency": 256, "context": 64}  # max_num_seqs cap of an explicit profile; else 1024
+#: The keys an explicit profile may have; anything else (a misspelt target) is refused.
+PROFILE_KEYS = ("name", "base", "prompt_tokens", "output_tokens", "p99_latency_ms", "goal", "min_concurrency",
+                "p99_ttft_ms", "p99_tpot_ms", "max_concurrency", "request_rate")
+PROFILE_GOALS = ("latency", "throughput", "context")
 
 
 def resolve_profile(profile: str | dict[str, Any] | None) -> Profile:
-    """A named profile, or an explicit one: {prompt_tokens, output_tokens, p99_latency_ms[, goal]}."""
+    """A named profile, or an explicit one: {prompt_tokens, output_tokens, p99_latency_ms[, goal]} and optional
+    service targets {p99_ttft_ms, p99_tpot_ms} with the host's load {max_concurrency | request_rate}."""
     if profile is None or profile == "":
         return PROFILES["chat"]
     if isinstance(profile, str):
@@ -51,6 +85,9 @@ def resolve_profile(profile: str | dict[str, Any] | None) -> Profile:
         return PROFILES[profile]
     if not isinstance(profile, dict):
         raise PlanError("profile must be a name or a mapping with prompt_tokens and output_tokens")
+    unknown = sorted(str(k) for k in profile if k not in PROFILE_KEYS)
+    if unknown:
+        raise PlanError(f"profile key(s) {', '.join(unknown)} unknown: a profile takes {', '.join(PROFILE_KEYS)}")
     base = PROFILES.get(str(profile.get("name", profile.get("base", "chat"))), PROFILES["chat"])
     try:
         prompt = int(profile.get("prompt_tokens", base.prompt_tokens))
@@ -61,9 +98,43 @@ def resolve_profile(profile: str | dict[str, Any] | None) -> Profile:
     if prompt <= 0 or output <= 0 or p99 <= 0:
         raise PlanError("profile prompt_tokens, output_tokens and p99_latency_ms must be positive")
     goal = str(profile.get("goal", "latency" if p99 <= 2000 else "throughput"))
+    if goal not in PROFILE_GOALS:
+        raise PlanError(f"profile goal {goal!r} is not one of {', '.join(PROFILE_GOALS)}")
+    ttft, tpot = _target(profile, "p99_ttft_ms"), _target(profile, "p99_tpot_ms")
+    concurrency, rate = _load(profile)
+    if (ttft is not None or tpot is not None) and concurrency is None and rate is None:
+        raise PlanError("profile targets p99_ttft_ms / p99_tpot_ms need the load they hold at: add max_concurrency "
+                        "(clients the host serves at once) or request_rate (requests per second to the host)")
     return Profile(name=str(profile.get("name", "custom")), prompt_tokens=prompt, output_tokens=output,
                    p99_latency_ms=p99, min_concurrency=int(profile.get("min_concurrency", base.min_concurrency)),
-                   max_num_seqs_cap=GOAL_SEQS_CAP.get(goal, 1024), goal=goal)
+                   max_num_seqs_cap=GOAL_SEQS_CAP.get(goal, 1024), goal=goal, p99_ttft_ms=ttft, p99_tpot_ms=tpot,
+                   max_concurrency=concurrency, request_rate=rate)
+
+
+def _target(profile: dict[str, Any], key: str) -> float | None:
+    """A p99 target in ms: a positive number, or absent."""
+    value = profile.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value != value:
+        raise PlanError(f"profile {key} must be a positive number of milliseconds (e.g. {key}: 500), got {value!r}")
+    return float(value)
+
+
+def _load(profile: dict[str, Any]) -> tuple[int | None, float | None]:
+    """The host's expected load: ``max_concurrency`` clients or ``request_rate`` requests/s, at most one."""
+    concurrency, rate = profile.get("max_concurrency"), profile.get("request_rate")
+    if concurrency is not None and rate is not None:
+        raise PlanError("profile gives both max_concurrency and request_rate: keep one (clients at once, or "
+                        "requests per second)")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise PlanError(f"profile max_concurrency must be a whole number >= 1 (clients the host serves at once), "
+                        f"got {concurrency!r}")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0
+                             or rate == float("inf")):
+        raise PlanError(f"profile request_rate must be a positive number of requests per second, got {rate!r}")
+    return concurrency, None if rate is None else float(rate)
 
 
 # --- Inventory policy ---------------------------------------------------------------------------

@@ -133,6 +133,24 @@ def layer_kinds(cfg: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], st
     return (), ""
 
 
+def full_attention_kv(cfg: dict[str, Any], kv_heads: int, head_dim: int) -> tuple[int, int] | None:
+    """(KV heads, head dim) of the full-attention layers where they differ from the sliding layers', else ``None``.
+
+    Gemma-4: transformers' ``Gemma4TextConfig`` gives every ``full_attention`` layer ``head_dim = global_head_dim``
+    (default 512) and, when ``attention_k_eq_v``, ``num_key_value_heads = num_global_key_value_heads``
+    (transformers 5.19 models/gemma4/configuration_gemma4.py:210-223, its ``per_layer_config``); vLLM builds each layer
+    from that per-layer config (models/gemma4.py:578-580 in 0.32 and 0.33), so a full layer's page differs from a
+    sliding layer's. K and V still take one slot each (k_eq_v layers load K into both, 0.32 :420-422).
+    """
+    if not str(cfg.get("model_type", "")).startswith("gemma4"):
+        return None
+    dim = int(cfg.get("global_head_dim") or 512)
+    heads = kv_heads
+    if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads"):
+        heads = int(cfg["num_global_key_value_heads"])
+    return None if (heads, dim) == (kv_heads, head_dim) else (heads, dim)
+
+
 @dataclass(frozen=True)
 class StateShape:
     """The cache of one state layer (vLLM ``MambaStateShapeCalculator``, model_executor/layers/mamba/mamba_utils.py).

@@ -281,6 +281,7 @@ class KvLayout:
     group_size: int = 0  # layers per group (hybrid); 0 for one uniform group
     num_spec: int = 0  # speculative tokens the state layers keep room for
     dcp: int = 1  # decode context parallel ranks the full-attention tokens are sharded over
+    raised_blocks: tuple[tuple[str, int], ...] = ()  # (kind, block tokens) of kinds whose block vLLM raised to unify pages
 
 
 def prefix_caching(ctx: PlanInputs) -> bool:
@@ -333,6 +334,8 @@ def describe_layout(spec: ModelSpec, layout: KvLayout, tp: int, version: tuple[i
     parts = ", ".join(f"{kind} {n} group{'s' if n > 1 else ''} x {blocks} block{'s' if blocks > 1 else ''}"
                       for kind, n, blocks in layout.groups)
     line = f"{parts} per request; {layout.group_size or 'all'} layers per group, block {layout.block_size} tokens"
+    for kind, block in layout.raised_blocks:
+        line += f" ({kind} layers {block}: their smaller page raised to the largest)"
     if spec.state is not None and "mamba" in {k for k, _n, _b in layout.groups}:
         mode = "align (prefix caching)" if layout.state_blocks > 1 else "none"
         line += f"; {spec.state.describe(tp, layout.num_spec)}, padded to the attention page; mamba_cache_mode {mode}"
@@ -367,11 +370,21 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
         block_size = max(block_size, 16 * math.ceil(spec.state_page_bytes(tp, num_spec) / (16 * per_token)))
     held = state_blocks + num_spec  # blocks a request holds in each state group
     attn_page = per_token * block_size
+    kind_block = {kind: block_size for kind in counts}
+    if spec.full_kv is not None and "mamba" not in counts:
+        # Attention layers of different page sizes (Gemma-4's full layers): unify_kv_cache_spec_page_size raises the
+        # block of a smaller page by the integer ratio to the largest page, else pads it (0.32
+        # v1/core/kv_cache_utils.py:1292-1354, 0.33 v1/core/kv_cache_planning.py:346-408).
+        pages = {kind: spec.kind_kv_bytes_per_token(kind, tp, kv_dtype_bytes) * block_size for kind in counts}
+        attn_page = max(pages.values())
+        kind_block = {kind: block_size * (attn_page // page) if attn_page % page == 0 else block_size
+                      for kind, page in pages.items()}
     sw_tokens = min(spec.sliding_window - 1 + in_flight_tokens, max_model_len) if spec.sliding_window else 0
     chunk_tokens = min(spec.attention_chunk_size + in_flight_tokens, max_model_len)
-    per_kind_blocks = {"full": math.ceil(math.ceil(max_model_len / dcp) / block_size),
-                       "sliding": math.ceil(sw_tokens / block_size) + 1 if spec.sliding_window else 0,
-                       "chunked": math.ceil(chunk_tokens / block_size), "mamba": held}
+    per_kind_blocks = {"full": math.ceil(math.ceil(max_model_len / dcp) / kind_block.get("full", block_size)),
+                       "sliding": math.ceil(sw_tokens / kind_block.get("sliding", block_size)) + 1
+                       if spec.sliding_window else 0,
+                       "chunked": math.ceil(chunk_tokens / kind_block.get("chunked", block_size)), "mamba": held}
     if len(counts) == 1:
         kind = next(iter(counts))
         n = counts[kind]
@@ -381,7 +394,8 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
                             needed_bytes_per_request=n * page * held, block_size=block_size,
                             state_blocks=state_blocks, groups=((kind, 1, held),), num_spec=num_spec, dcp=dcp)
         blocks = per_kind_blocks[kind]
-        page_sum = n * attn_page + extra_bytes_per_token * block_size
+        page_sum = n * spec.kind_kv_bytes_per_token(kind, tp, kv_dtype_bytes) * block_size \
+            + extra_bytes_per_token * block_size
         return KvLayout(bytes_per_block=page_sum, blocks_per_request=blocks,
                         needed_bytes_per_request=page_sum * blocks, block_size=block_size,
                         state_blocks=state_blocks, groups=((kind, 1, blocks),), num_spec=num_spec, dcp=dcp)
@@ -392,6 +406,8 @@ def kv_layout(spec: ModelSpec, layer_counts: LayerCounts, tp: int, kv_dtype_byte
     groups = tuple((kind, math.ceil(n / group_size), per_kind_blocks[kind]) for kind, n in counts.items())
     blocks_per_request = sum(n_groups * blocks for _kind, n_groups, blocks in groups)
     bytes_per_block = group_size * attn_page
+    raised = tuple((kind, block) for kind, block in kind_block.items() if block != block_size)
     return KvLayout(bytes_per_block=bytes_per_block, blocks_per_request=blocks_per_request,
                     needed_bytes_per_request=bytes_per_block * blocks_per_request, block_size=block_size,
-                    state_blocks=state_blocks, groups=groups, group_size=group_size, num_spec=num_spec, dcp=dcp)
+                    state_blocks=state_blocks, groups=groups, group_size=group_size, num_spec=num_spec, dcp=dcp,
+                    raised_blocks=raised)

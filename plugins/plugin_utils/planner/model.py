@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .layer_kinds import LayerKindError, StateShape, dtype_bytes, layer_kinds, state_shape
+from .layer_kinds import LayerKindError, StateShape, dtype_bytes, full_attention_kv, layer_kinds, state_shape
 from .multimodal import VisionSpec, parse_vision
 from .quant_formats import QuantFormatError, Quantization, parse_quantization
 
@@ -48,6 +48,9 @@ class ModelSpec:
     layer_kinds: tuple[str, ...]  # per layer: "full", "sliding", "chunked", "mamba", "mlp" (layer_kinds.py)
     sliding_window: int = 0
     attention_chunk_size: int = 0  # Llama-4 chunked local attention (the "chunked" layers)
+    # (KV heads, head dim) of the full-attention layers when they differ from the others' (Gemma-4: global_head_dim,
+    # num_global_key_value_heads; layer_kinds.full_attention_kv), None when every attention layer has the same shape
+    full_kv: tuple[int, int] | None = None
     # Nemotron-H: every layer is ONE block (a mixer or an MLP/MoE), not attention + MLP
     single_block_layers: bool = False
     state: StateShape | None = None  # the state layers' cache shape (layer_kinds.state_shape), None without any
@@ -105,9 +108,23 @@ class ModelSpec:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
         return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * kv_dtype_bytes
 
+    def kind_kv_bytes_per_token(self, kind: str, tp: int, kv_dtype_bytes: int) -> int:
+        """KV bytes one token takes in one layer of ``kind`` on one GPU: a full-attention layer of its own shape
+        (``full_kv``, Gemma-4) or :meth:`kv_bytes_per_token_layer`."""
+        if kind == "full" and self.full_kv is not None:
+            heads, dim = self.full_kv
+            return 2 * max(1, heads // tp) * dim * kv_dtype_bytes
+        return self.kv_bytes_per_token_layer(tp, kv_dtype_bytes)
+
     # --- parameter counts (for weight bytes when no safetensors index is given) -----------------
-    def attention_params_per_layer(self, tp: int = 1) -> tuple[float, float]:
-        """(split-by-TP params, replicated params) of one attention layer on one GPU."""
+    def attention_params_per_layer(self, tp: int = 1, kind: str = "") -> tuple[float, float]:
+        """(split-by-TP params, replicated params) of one attention layer (of layer kind ``kind``) on one GPU.
+
+        Gemma 4's full-attention layers use ``global_head_dim`` and ``num_global_key_value_heads`` (vLLM 0.32
+        models/gemma4.py:577-590, ``per_layer_config``); with ``attention_k_eq_v`` the checkpoint ships no v_proj
+        there but vLLM's QKVParallelLinear still allocates the V slot and loads K into it (gemma4.py:90-118,
+        :419-425), so the GPU holds q, k, v and o as counted here.
+        """
         h = self.hidden_size
         if self.mla:
             rope, nope, v = self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
@@ -120,10 +137,13 @@ class ModelSpec:
             q_a = h * self.q_lora_rank if self.q_lora_rank else 0
             split = (q - q_a + kv_b + o) / tp
             return split, float(kv_a + q_a)
-        q = h * self.num_heads * self.head_dim
-        o = self.num_heads * self.head_dim * h
-        kv_per_head = 2 * h * self.head_dim
-        kv = kv_per_head * self.kv_heads_per_gpu(tp)
+        head_dim, kv_heads = self.head_dim, self.kv_heads_per_gpu(tp)
+        if kind == "full" and self.full_kv is not None:  # one home with the KV layout: layer_kinds.full_attention_kv
+            kv_heads, head_dim = self.full_kv
+            kv_heads = max(1, kv_heads // tp)
+        q = h * self.num_heads * head_dim
+        o = self.num_heads * head_dim * h
+        kv = 2 * h * head_dim * kv_heads
         return (q + o) / tp + kv, 0.0
 
     def mlp_params_per_layer(self, layer: int, tp: int = 1, expert_shards: int | None = None) -> tuple[float, float]:
@@ -287,12 +307,17 @@ class _Moe(NamedTuple):
 def _moe(cfg: dict[str, Any], intermediate: int) -> _Moe:
     """Routed experts, top-k, expert and shared-expert MLP sizes, leading dense layers (all 0 when dense)."""
     num_experts = int(_get(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0)
-    experts_per_tok = int(_get(cfg, "num_experts_per_tok", "moe_topk", "top_k", default=0) or 0)
+    experts_per_tok = int(_get(cfg, "num_experts_per_tok", "moe_topk", "top_k", "top_k_experts", default=0) or 0)
     moe_inter = int(_get(cfg, "moe_intermediate_size", default=0) or (intermediate if num_experts else 0))
     shared_inter = int(_get(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
                             default=0) or 0)
     if not shared_inter and cfg.get("n_shared_experts"):
         shared_inter = int(cfg["n_shared_experts"]) * moe_inter
+    if not shared_inter and num_experts and cfg.get("enable_moe_block"):
+        # Gemma 4 MoE: every layer keeps its dense MLP (intermediate_size) beside the router and the experts
+        # (vLLM 0.32 models/gemma4.py:609-614 ``self.mlp``, :630-653 ``self.router`` / ``self.experts``): always active,
+        # it weighs like a shared expert.
+        shared_inter = intermediate
     dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0)
     return _Moe(num_experts, experts_per_tok, moe_inter, shared_inter, dense_layers)
 
@@ -313,9 +338,12 @@ def _vision_params(outer: dict[str, Any], hidden: int) -> int:
     vision = outer.get("vision_config")
     if not isinstance(vision, dict):
         return 0
-    vh = int(vision.get("hidden_size") or 1024)
-    vl = int(vision.get("num_hidden_layers") or vision.get("depth") or 24)
-    vi = int(vision.get("intermediate_size") or 4 * vh)
+    # Kimi-K2.5's MoonViT names them vt_*; vLLM aliases them to hidden_size / num_hidden_layers / intermediate_size
+    # (rule weights:kimi_vit_vt_aliases, 0.32/0.33 transformers_utils/configs/kimi_k3.py:79-83) and builds the encoder
+    # from those (models/kimi_k25_vit.py:742-748).
+    vh = int(vision.get("hidden_size") or vision.get("vt_hidden_size") or 1024)
+    vl = int(vision.get("num_hidden_layers") or vision.get("vt_num_hidden_layers") or vision.get("depth") or 24)
+    vi = int(vision.get("intermediate_size") or vision.get("vt_intermediate_size") or 4 * vh)
     # ViT blocks (4h^2 attention + 2*h*I MLP) plus a two-layer projector into the text model.
     return vl * (4 * vh * vh + 2 * vh * vi) + vh * hidden + hidden * hidden
 
@@ -352,6 +380,7 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         torch_dtype=dtype,
         layer_kinds=kinds,
         sliding_window=window,
+        full_kv=full_attention_kv(cfg, shape.num_kv_heads, shape.head_dim) if "full" in kinds else None,
         attention_chunk_size=int(cfg.get("attention_chunk_size") or 0) if "chunked" in kinds else 0,
         single_block_layers="mlp" in kinds,
         state=state,
@@ -484,6 +513,13 @@ _MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "shared": ("{p}.mlp.shared_experts.gate_proj", "{p}.mlp.shared_expert.gate_proj", "{p}.mlp.shared_experts",
                "{p}.mlp.shared_expert", "{p}.mixer.shared_experts.up_proj", "{p}.mixer.shared_experts"),
 }
+#: Module names that differ by model type. Gemma 4's routed experts are ``layers.N.experts`` beside its dense
+#: ``layers.N.mlp`` (vLLM 0.32 models/gemma4.py:609-614, :646-653), so a ModelOpt ``layers.N.mlp*`` exclusion keeps
+#: the dense MLP unquantized, not the experts.
+_MODULE_NAMES_BY_TYPE: dict[str, dict[str, tuple[str, ...]]] = {
+    model_type: {"experts": ("{p}.experts",), "shared": ("{p}.mlp.gate_proj", "{p}.mlp.down_proj")}
+    for model_type in ("gemma4", "gemma4_text")
+}
 #: Checkpoints whose decoder layers live under another prefix (vLLM's model file names them so): Nemotron-H's
 #: ``backbone.layers.{i}.mixer.*`` (models/nemotron_h.py:588-616), the names its ModelOpt exclude_modules use.
 _LAYER_PREFIX = {"nemotron_h": "backbone.layers.{layer}"}
@@ -501,7 +537,8 @@ def layer_module_bytes(spec: ModelSpec, q: Quantization, layer: int, kind: str,
         prefix = _LAYER_PREFIX[spec.model_type].format(layer=layer)
 
     def rate(group: str) -> float:
-        names = tuple(n.format(p=prefix) for n in _MODULE_NAMES[group])
+        patterns = _MODULE_NAMES_BY_TYPE.get(spec.model_type, {}).get(group, _MODULE_NAMES[group])
+        names = tuple(n.format(p=prefix) for n in patterns)
         if q.experts_only and group != "experts":
             return float(dense_bytes)
         return q.module_bytes(names, dense_bytes)
@@ -522,7 +559,7 @@ def _layer_bytes(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: boo
     elif kind == "mamba":
         total = spec.mamba_params_per_layer(tp) * mixer_b
     else:
-        split, repl = spec.attention_params_per_layer(tp)
+        split, repl = spec.attention_params_per_layer(tp, kind)
         total = (split + repl) * mixer_b
     if spec.single_block_layers and kind != "mlp":  # Nemotron-H mixer block: no MLP
         return total + spec.hidden_size * dense_bytes

@@ -87,9 +87,14 @@ class Workload:
     max_concurrency: int | None = None
     request_rate: float = math.inf
     seed: int = 0
+    # The exact (prompt, output) tokens of each request, when a published result lists them (``input_lens`` and
+    # ``output_lens`` of a ``--save-result`` file): replayed instead of the dataset's distribution.
+    pairs: tuple[tuple[int, int], ...] = ()
 
     def lengths(self) -> list[tuple[int, int]]:
         """(prompt, output) tokens per request, in send order."""
+        if self.pairs:
+            return [(max(1, p), max(1, o)) for p, o in self.pairs]
         if self.dataset == "random":
             return [(self.input_len, self.output_len)] * self.num_prompts
         if self.dataset != "sharegpt":
@@ -440,13 +445,24 @@ def predict(spec: ModelSpec, plan: dict[str, Any], rates: GpuRates, workload: Wo
                          max(1, workload.num_prompts // dp),
                          None if workload.max_concurrency is None else max(1, workload.max_concurrency // dp),
                          workload.request_rate / dp, workload.seed)
-        res = summarise(simulate(m, share, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]),
-                                 int(pred["max_model_len"])))
+        res = _simulated(m, share, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
         for key in ("request_throughput", "output_throughput", "total_token_throughput"):
             res[key] = round(res[key] * dp, 3)
         return res
-    return summarise(simulate(m, workload, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]),
-                              int(pred["max_model_len"])))
+    return _simulated(m, workload, max_num_seqs, max_batched, int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
+
+
+def _simulated(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: int, kv_tokens: int,
+               max_model_len: int) -> dict[str, float]:
+    """``summarise(simulate(...))``, memoised: the simulation is deterministic in its inputs (all frozen), and the
+    target search (targets.py) and a fleet's identical hosts ask for the same points again."""
+    return dict(_simulated_cached(m, workload, max_num_seqs, max_batched, kv_tokens, max_model_len))
+
+
+@functools.lru_cache(maxsize=4096)
+def _simulated_cached(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: int, kv_tokens: int,
+                      max_model_len: int) -> tuple[tuple[str, float], ...]:
+    return tuple(summarise(simulate(m, workload, max_num_seqs, max_batched, kv_tokens, max_model_len)).items())
 
 
 def predict_for_plan(model_config: dict[str, Any], plan: dict[str, Any], workload: Workload) -> dict[str, float]:
@@ -464,34 +480,87 @@ def predict_for_plan(model_config: dict[str, Any], plan: dict[str, Any], workloa
     return predict(parse_model_config(model_config), plan, rates, workload)
 
 
+#: Requests a request-rate prediction simulates per replica: a minute of Poisson arrivals, at least 100 (a p99 of
+#: fewer samples is the largest one) and at most 400 (the figures move little beyond, the time grows linearly).
+RATE_WINDOW_S = 60.0
+RATE_PROMPTS_MIN, RATE_PROMPTS_MAX = 100, 400
+
+
 def profile_workload(prompt_tokens: int, output_tokens: int, concurrency: int) -> Workload:
     """The workload ``vllm-fleet plan`` predicts for: the profile's request shape, ``concurrency`` clients, four
     requests each (``vllm bench serve --dataset-name random --max-concurrency C --num-prompts 4C``)."""
     return Workload("random", prompt_tokens, output_tokens, 4 * concurrency, concurrency)
 
 
+def load_workload(prompt_tokens: int, output_tokens: int, *, concurrency: int | None = None,
+                  request_rate: float | None = None, replicas: int = 1) -> Workload:
+    """What one of ``replicas`` replicas sees of the host's load (spread evenly, as the load balancer does):
+    ``ceil(C / replicas)`` clients with four requests each, or ``R / replicas`` requests/s over a minute of arrivals
+    (RATE_PROMPTS_MIN to RATE_PROMPTS_MAX requests)."""
+    replicas = max(1, replicas)
+    if concurrency is not None:
+        return profile_workload(prompt_tokens, output_tokens, max(1, math.ceil(concurrency / replicas)))
+    if request_rate is None or not request_rate > 0:
+        raise PerfError("a load needs max_concurrency or a request_rate > 0")
+    rate = request_rate / replicas
+    prompts = min(RATE_PROMPTS_MAX, max(RATE_PROMPTS_MIN, round(rate * RATE_WINDOW_S)))
+    return Workload("random", prompt_tokens, output_tokens, prompts, None, rate)
+
+
+def workload_entry(wl: Workload) -> dict[str, Any]:
+    """A workload as ``vllm bench serve`` arguments (the ``performance.workload`` of a plan)."""
+    entry: dict[str, Any] = {"dataset_name": wl.dataset, "random_input_len": wl.input_len,
+                             "random_output_len": wl.output_len, "num_prompts": wl.num_prompts,
+                             "max_concurrency": wl.max_concurrency}
+    if not math.isinf(wl.request_rate):
+        entry["request_rate"] = round(wl.request_rate, 4)
+    return entry
+
+
+def target_misses(figures: dict[str, float], ttft_ms: float | None, tpot_ms: float | None) -> dict[str, float]:
+    """How far the predicted p99 TTFT / TPOT are above their targets (ms; only the targets missed)."""
+    misses = {}
+    for key, target in (("p99_ttft_ms", ttft_ms), ("p99_tpot_ms", tpot_ms)):
+        if target is not None and figures[key] > target:
+            misses[key] = round(figures[key] - target, 3)
+    return misses
+
+
 def plan_performance(model_config: dict[str, Any], plan: dict[str, Any], prompt_tokens: int, output_tokens: int,
-                     concurrency: int) -> dict[str, Any]:
-    """The ``performance`` entry of a plan: the workload and the predicted figures, or why there are none."""
+                     concurrency: int | None, request_rate: float | None = None,
+                     targets: tuple[float | None, float | None] | None = None, replicas: int = 1) -> dict[str, Any]:
+    """The ``performance`` entry of a plan: the workload and the predicted figures, or why there are none.
+
+    ``concurrency`` / ``request_rate``: the load, spread over ``replicas`` (the host's load over the plan's
+    replicas; 1: the load of one replica); one replica is simulated.
+    ``targets``: the profile's (p99 TTFT, p99 TPOT) in ms, reported as met or missed by how much.
+    """
     # The figures depend on the config and on the plan's GPU, layout, engine args, memory and KV prediction only:
     # one simulation per distinct combination (a fleet plans many hosts of one SKU group alike).
     key = json.dumps([model_config, plan.get("gpu"), plan.get("parallel"), plan.get("engine_args"),
-                      plan.get("memory_gib"), plan.get("prediction"), prompt_tokens, output_tokens, concurrency],
-                     sort_keys=True, default=str)
+                      plan.get("memory_gib"), plan.get("prediction"), prompt_tokens, output_tokens, concurrency,
+                      request_rate, targets, replicas], sort_keys=True, default=str)
     return copy.deepcopy(_plan_performance(key))
 
 
 @functools.lru_cache(maxsize=256)
 def _plan_performance(key: str) -> dict[str, Any]:
-    model_config, gpu, parallel, engine_args, memory_gib, prediction, prompt, output, conc = json.loads(key)
+    model_config, gpu, parallel, engine_args, memory_gib, prediction, prompt, output, conc, rate, targets, replicas = (
+        json.loads(key))
     plan = {"gpu": gpu, "parallel": parallel, "engine_args": engine_args, "memory_gib": memory_gib,
             "prediction": prediction}
-    wl = profile_workload(prompt, output, conc)
-    entry: dict[str, Any] = {"workload": {"dataset_name": wl.dataset, "random_input_len": wl.input_len,
-                                          "random_output_len": wl.output_len, "num_prompts": wl.num_prompts,
-                                          "max_concurrency": wl.max_concurrency}}
+    wl = load_workload(prompt, output, concurrency=conc, request_rate=rate, replicas=replicas)
+    entry: dict[str, Any] = {"workload": workload_entry(wl)}
+    if replicas > 1:
+        entry["replicas_sharing_the_load"] = replicas
     try:
         entry["predicted"] = predict_for_plan(model_config, plan, wl)
     except (PerfError, ValueError, ZeroDivisionError) as exc:
         entry["error"] = str(exc)
+    if targets is not None:
+        ttft, tpot = targets
+        entry["targets"] = {"p99_ttft_ms": ttft, "p99_tpot_ms": tpot}
+        if "predicted" in entry:
+            misses = target_misses(entry["predicted"], ttft, tpot)
+            entry["targets"].update({"met": not misses, "missed_by_ms": misses})
     return entry

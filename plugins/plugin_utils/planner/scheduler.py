@@ -121,6 +121,10 @@ def schedule(ctx: PlanInputs, gpu: Gpu | None, kv_tokens_estimate: int, max_mode
              world: int, moe_dp: int = 1) -> Schedule:
     """max_num_seqs and max_num_batched_tokens from the profile and the predicted KV capacity (``moe_dp``: an MoE's
     data-parallel ranks, whose experts see every rank's tokens; 1 otherwise)."""
+    if ctx.targeted is not None:  # chosen for the profile's service targets (targets.choose), pins included
+        seqs, tokens, seqs_reason, tokens_reason = ctx.targeted
+        return Schedule(max_num_seqs=seqs, max_num_batched_tokens=tokens, seqs_reason=seqs_reason,
+                        tokens_reason=tokens_reason)
     defaults = _defaults(gpu.name if gpu else None, gpu.memory_mib / 1024 if gpu else None,
                          world if gpu is None else 1, ctx.policy.offline,
                          gpu.compute_capability if gpu else None, ctx.rules.small_tier_capabilities)

@@ -99,7 +99,7 @@ def weight_split(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Qua
             if kind == "mamba":
                 parts["attention"] += spec.mamba_params_per_layer(tp) * mixer_b
             else:
-                split, repl = spec.attention_params_per_layer(tp)
+                split, repl = spec.attention_params_per_layer(tp, kind)
                 parts["attention"] += (split + repl) * mixer_b
             experts, dense = spec.mlp_params_per_layer(layer, tp, expert_shards)
             if spec.is_moe and layer >= spec.dense_layers:

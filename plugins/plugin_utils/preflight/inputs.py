@@ -106,6 +106,8 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_model_keep": "any",
     "vllm_fleet_stage_batch": "any",
     "vllm_fleet_stage_rate_bytes": "any",
+    "vllm_fleet_stage_progress_steps": "any",
+    "vllm_fleet_stage_timeout_s": "any",
     "vllm_fleet_feedback_dir": "str",
     "vllm_fleet_feedback_tolerance": "any",
     # Facts preflight itself sets (allowed to exist on a re-run inside one ansible-playbook process).

@@ -1,8 +1,10 @@
 """Preflight for a model given as a reference (Hub, mirror, shared path): resolve once, plan from the cache, check.
 
 :func:`resolve_for_host` turns a host's ``vllm_fleet_model`` reference into the controller cache directory the
-planner reads, and the path the host serves (``<vllm_fleet_model_root>/<name>``, the stage's symlink), memoised per
-reference for the fleet. :func:`fleet_stage_check` is the stage playbook's one controller step: the probes of every
+planner reads, and the path the host serves: the staged revision's directory
+``<vllm_fleet_model_root>/.revisions/<name>/<revision>`` (not the symlink ``<root>/<name>``, which follows the newest
+staged revision: a container mounts the directory of the revision in its launch record, so a new revision changes
+the record and reaches the replicas through the rollout, canary first), memoised per reference for the fleet. :func:`fleet_stage_check` is the stage playbook's one controller step: the probes of every
 host (free disk at the model root, the source reachable) against the manifest, the revision equal across a
 multi-node group, a token for a gated repository; each refusal names the host and the fix.
 """
@@ -35,7 +37,10 @@ def model_root(variables: Mapping[str, Any]) -> str:
 
 
 def resolve_for_host(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"directory", "host_path", "source"}`` for a reference (``source``: what the stage needs, no secret).
+    """``{"directory", "host_path", "source", "defaults"}`` for a reference (``source``: what the stage needs, no
+    secret; ``defaults``: the host variables a reference implies unless the inventory sets them - the served path,
+    and the served model name: the Hub repository id, as ``vllm serve org/name`` names it, or the mirror's name, not
+    the revision directory's name).
 
     :raises ModelSourceError: a bad reference, or a source that cannot be read and is not cached.
     """
@@ -45,14 +50,17 @@ def resolve_for_host(variables: Mapping[str, Any]) -> dict[str, Any]:
     token = variables.get("vllm_fleet_hf_token")
     resolved = _resolve(json.dumps(dict(value), sort_keys=True), variables.get("vllm_fleet_model_cache"),
                         offline if isinstance(offline, bool) else None, str(token) if token else None)
-    host_path = ref.source if ref.kind == "path" else f"{model_root(variables)}/{ref.name}"
+    revision = resolved.manifest["revision"]
+    host_path = ref.source if ref.kind == "path" else f"{model_root(variables)}/.revisions/{ref.name}/{revision}"
     files = ms.file_urls(ref, resolved.manifest) if ref.kind != "path" else []
-    source = {"kind": ref.kind, "name": ref.name, "revision": resolved.manifest["revision"], "asked": ref.revision,
+    source = {"kind": ref.kind, "name": ref.name, "revision": revision, "asked": ref.revision,
               "pinned": ref.pinned, "gated": ref.gated, "root": model_root(variables), "host_path": host_path,
               "total_bytes": ms.total_bytes(resolved.manifest), "files": files, "note": resolved.note,
               "probe_url": (f"{ref.source}/{ref.manifest}" if ref.kind == "mirror" else (files[0]["url"] if files else None)),
               "warnings": ms.reference_warnings(ref)}
-    return {"directory": resolved.directory, "host_path": host_path, "source": source}
+    defaults = {"vllm_fleet_served_model_path": host_path,
+                "vllm_serve_served_model_name": ref.source if ref.kind == "hub" else ref.name}
+    return {"directory": resolved.directory, "host_path": host_path, "source": source, "defaults": defaults}
 
 
 def fleet_stage_check(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -9,10 +9,18 @@ facts, plans and writes the launch records; every stage reads them.
 The lab is package-scoped: its first converge is made once and serves test_fleet_lab.py (authentication,
 records vs containers, second run, --check --diff, the secret) and test_rollout.py (rolling update and
 rollback under load), so the suite pays for three vLLM starts, not one set per test.
+
+The model comes the way a fleet gets it (issue 32): ``vllm_fleet_model: {url: ...}``, a real HTTP mirror on
+127.0.0.1 (tests/integration/_mirror.py, ports 18320-18329) serving the tiny model plus its generated checkpoint
+(model.safetensors, 2.9 MB) and their manifest; site.yml stages it on each host (its own model root under the
+lab's directory, 1 MiB/s per host) before the rollout, and vLLM serves the staged revision's directory. The
+fixture's first site.yml is cut mid-transfer (the mirror closes model.safetensors after 1 MiB on every host): it
+stops at the stage, before any container; the next one resumes and converges. test_lab_stage.py checks both.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,7 +34,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .._helpers import recap
+from .._helpers import free_port, recap
+from .._mirror import Mirror, serving, tiny_safetensors
 
 __all__ = ["recap"]  # the deploy tests import it from here
 
@@ -50,6 +59,20 @@ ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "d
 EXTRA_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 API_KEY = "vf-lab-" + os.urandom(12).hex()
 VAULT_PASSWORD = "vf-lab-vault-" + os.urandom(6).hex()
+STAGE_RATE = 1 << 20  # vllm_fleet_stage_rate_bytes: the transfer lasts ~3 s, long enough to print its progress
+
+
+def model_files() -> dict[str, bytes]:
+    """The model the mirror serves: the test bed's tiny model and its checkpoint (seeded)."""
+    files = {p.name: p.read_bytes() for p in sorted(MODEL_DIR.iterdir()) if p.is_file()}
+    files["model.safetensors"] = tiny_safetensors(json.loads(files["config.json"]), seed=32)
+    return files
+
+
+def content_revision(files: dict[str, bytes]) -> str:
+    """A mirror's revision for ``files``: 40 hex digits of their digests, like a Hub commit."""
+    rows = sorted((name, hashlib.sha256(data).hexdigest()) for name, data in files.items())
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:40]
 
 
 def docker(*args: str) -> str:
@@ -68,8 +91,11 @@ def containers() -> list[str]:
 class Lab:
     """The lab's inventory directory and how to run the product's playbooks on it."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, mirror: Mirror) -> None:
         self.workdir = workdir
+        self.mirror = mirror
+        self.interrupted: subprocess.CompletedProcess[str] | None = None  # the first site.yml, cut mid-transfer
+        self.interrupted_containers: list[str] = []
         self.inventory = workdir / "inventory"
         self.artifacts = workdir / "artifacts"
         self.outputs: list[str] = []  # every run's stdout+stderr, for the secret check
@@ -77,7 +103,8 @@ class Lab:
         self.first_seconds = 0.0
         local = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV / "python")}
         hosts = {name: dict(local, vllm_serve_port=port, vllm_serve_container_name=name,
-                            vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": CORES[name]})
+                            vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": CORES[name]},
+                            vllm_fleet_model_root=str(workdir / "models" / name))
                  for name, port in HOSTS.items()}
         inventory = {"all": {"children": {
             "vllm_servers": {"hosts": hosts, "children": {"cpu_lane": {"hosts": {n: None for n in HOSTS}}}},
@@ -89,7 +116,9 @@ class Lab:
         (self.inventory / "group_vars" / "all").mkdir(parents=True)
         (self.inventory / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
         policy = {
-            "vllm_fleet_model": str(MODEL_DIR),
+            "vllm_fleet_model": {"url": mirror.url},
+            "vllm_fleet_model_cache": str(workdir / "model-cache"),
+            "vllm_fleet_stage_rate_bytes": STAGE_RATE,
             "vllm_fleet_vllm_version": "0.32.0",
             "vllm_fleet_engine_args": ENGINE_ARGS,
             "vllm_fleet_extra_args": EXTRA_ARGS,
@@ -149,12 +178,20 @@ def lab() -> Iterator[Lab]:
     leftovers = containers()
     assert not leftovers, f"containers from an earlier run are still there: {leftovers} (docker rm -f them)"
     workdir = Path(tempfile.mkdtemp(prefix="vf-lab-", dir="/tmp"))  # short: the admin socket path is <108 chars
-    lab = Lab(workdir)
-    start = time.monotonic()
-    # A first deployment has nothing to drain: all three hosts start in one batch (one start time, not three).
-    lab.first = lab.play("-e", f"vllm_fleet_rollout_canary={len(HOSTS)}")
-    lab.first_seconds = time.monotonic() - start
-    yield lab
+    with serving(Mirror(SERVED), free_port(range(18320, 18330))) as mirror:
+        files = model_files()
+        mirror.publish(content_revision(files), files)
+        lab = Lab(workdir, mirror)
+        # The first transfer of the checkpoint is cut on every host: site.yml stops at the stage.
+        mirror.cut = {f"/{SERVED}/model.safetensors"}
+        lab.interrupted = lab.play("-e", f"vllm_fleet_rollout_canary={len(HOSTS)}")
+        lab.interrupted_containers = containers()
+        mirror.cut = set()
+        start = time.monotonic()
+        # A first deployment has nothing to drain: all three hosts start in one batch (one start time, not three).
+        lab.first = lab.play("-e", f"vllm_fleet_rollout_canary={len(HOSTS)}")
+        lab.first_seconds = time.monotonic() - start
+        yield lab
     for name in containers():
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
     pid = workdir / "lb-run" / "haproxy.pid"

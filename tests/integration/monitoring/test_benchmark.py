@@ -35,20 +35,26 @@ EXTRA = {
 }
 
 
-def _run_playbook(tmp_path: Path, port: int, library: Path, **extra: Any) -> subprocess.CompletedProcess[str]:
+#: A CPU-lane plan as preflight records it (the benchmark keys by the forced plan hash; the plan itself decides that
+#: the run is measured only: the performance model covers GPU plans).
+CPU_PLAN = {"vllm_version": "0.32.0", "device": "cpu", "gpu": None, "engine_args": {}, "cli_args": []}
+
+
+def _run_playbook(tmp_path: Path, port: int, library: Path, twins: int = 1,
+                  **extra: Any) -> subprocess.CompletedProcess[str]:
+    host = {
+        "ansible_connection": "local",
+        "ansible_host": "127.0.0.1",
+        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        "vllm_serve_port": port,
+        "vllm_fleet_plan": CPU_PLAN,
+    }
+    names = ["bench-host", *(f"bench-twin-{i}" for i in range(1, twins))]
     inventory = {
         "all": {
             "children": {
-                "vllm_servers": {
-                    "hosts": {
-                        "bench-host": {
-                            "ansible_connection": "local",
-                            "ansible_host": "127.0.0.1",
-                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                            "vllm_serve_port": port,
-                        }
-                    }
-                }
+                "vllm_servers": {"hosts": {name: host for name in names}},
+                "cpu_bench": {"hosts": {name: {} for name in names}},  # one SKU group: identical hosts
             }
         }
     }
@@ -80,12 +86,24 @@ def test_baseline_then_no_regression_then_slowed_flagged(
     vllm_server: Any, slowed_server: Any, tmp_path: Path
 ) -> None:
     library = tmp_path / "baselines"
-    first = _run_playbook(tmp_path, vllm_server.port, library)
+    # The first run measures the server as two identical hosts (same SKU group, same plan): each result is stored
+    # measured only (a CPU-lane plan has no prediction, and says why), and the fleet report compares the two.
+    first = _run_playbook(tmp_path, vllm_server.port, library, twins=2)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     key_dir = library / "bench-host" / "tiny" / "ci-image" / "ci-plan"
     assert (key_dir / "baseline.json").is_file()
     (run1,) = _runs(library)
     assert run1["comparison"] is None
+    assert run1["predicted"] == {} and run1["ratio"] == {} and run1["prediction_note"].startswith("measured only")
+    (fleet_dir,) = (library / "fleet").iterdir()
+    fleet = json.loads((fleet_dir / "fleet.json").read_text())
+    assert fleet["groups"] == [{"sku_group": "cpu_bench", "plan_hash": "ci-plan",
+                                "hosts": ["bench-host", "bench-twin-1"]}]
+    twin = json.loads(next((library / "bench-twin-1").rglob("summary.json")).read_text())
+    print(f"\nbenchmark twins c16 output tok/s: bench-host {run1['summary']['16']['output_throughput']:.1f}, "
+          f"bench-twin-1 {twin['summary']['16']['output_throughput']:.1f}; outliers "
+          f"{[o['host'] for o in fleet['outliers']]}")
+    assert "measured only" in (fleet_dir / "fleet.md").read_text()
     assert set(run1["summary"]) == {"1", "16"}
     assert run1["summary"]["16"]["repeats"] == 3 and run1["summary"]["16"]["output_throughput"] > 0
     run_dirs = sorted((key_dir / "runs").iterdir())

@@ -5,7 +5,7 @@ generated model - the project's tiny model (plugins/module_utils/tiny_model.py) 
 seeded random bytes - and its manifest (sizes + sha256). Three container hosts (vf-stage-a/b/c, the project's
 debootstrap image vllm-fleet/debian:bookworm, host network, Ansible's docker connection) stage it:
 
-- hosts stage in batches of 2: the first transfer of the weights is cut after 1 MiB, the first batch fails saying
+- hosts stage in batches of 2 (each printing its progress while it downloads): the first transfer of the weights is cut after 1 MiB, the first batch fails saying
   so and the third host is not started; the next run resumes the two with ``Range: bytes=1048576-`` (seen in the
   server's log), downloads the third whole, and verifies every sha256;
 - a second run is ``changed=0``; ``--check --diff`` of a new revision shows the files and bytes it would
@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import random
 import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +37,7 @@ import pytest
 import yaml
 
 from tests.integration._helpers import docker, free_port, recap
+from tests.integration._mirror import Mirror, serving
 
 pytestmark = pytest.mark.integration
 
@@ -56,61 +54,6 @@ HOSTS = ("vf-stage-a", "vf-stage-b", "vf-stage-c")
 SMALL = "vf-stage-small"
 WEIGHTS = 4 << 20
 CUT = 1 << 20
-
-
-class Mirror:
-    """The files by URL path, and what the handler did (requests with their Range headers)."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.cut: set[str] = set()  # paths whose full-body GETs stop after CUT bytes
-        self.log: list[tuple[str, str, str]] = []
-        self.lock = threading.Lock()
-
-    def publish(self, revision: str, files: dict[str, bytes], served: dict[str, bytes] | None = None) -> None:
-        """Put ``files`` at /tiny/ with a manifest of them; ``served`` overrides the bytes really served."""
-        manifest = {"revision": revision, "files": [
-            {"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            for name, data in sorted(files.items())]}
-        with self.lock:
-            self.files = {f"/tiny/{n}": d for n, d in {**files, **(served or {})}.items()}
-            self.files["/tiny/manifest.json"] = json.dumps(manifest).encode()
-
-
-def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-        def _serve(self, body: bool) -> None:
-            with mirror.lock:
-                data = mirror.files.get(self.path)
-                mirror.log.append((self.command, self.path, self.headers.get("Range", "")))
-                cut = self.path in mirror.cut and not self.headers.get("Range")
-            if data is None:
-                self.send_error(404)
-                return
-            match = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
-            start = int(match.group(1)) if match else 0
-            self.send_response(206 if match else 200)
-            if match:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-            self.send_header("Content-Length", str(len(data) - start))
-            self.send_header("Accept-Ranges", "bytes")
-            self.end_headers()
-            if body:
-                self.wfile.write(data[start:CUT] if cut else data[start:])
-                if cut:
-                    self.wfile.flush()
-                    self.close_connection = True
-
-        def do_GET(self) -> None:
-            self._serve(True)
-
-        def do_HEAD(self) -> None:
-            self._serve(False)
-
-    return Handler
 
 
 def model_files(seed: int) -> dict[str, bytes]:
@@ -154,10 +97,12 @@ def lab() -> Iterator[Lab]:
     if not docker("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False):
         pytest.fail(f"{IMAGE} is not built: make testbed-base")
     workdir = Path(tempfile.mkdtemp(prefix="vf-stage-"))
-    mirror = Mirror()
     port = free_port(range(18600, 18700))
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(mirror))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with serving(Mirror("tiny"), port) as mirror:
+        yield from _lab(workdir, port, mirror)
+
+
+def _lab(workdir: Path, port: int, mirror: Mirror) -> Iterator[Lab]:
     for host in (*HOSTS, SMALL):
         docker("rm", "-f", host, check=False)
     for host in HOSTS:
@@ -168,7 +113,6 @@ def lab() -> Iterator[Lab]:
     finally:
         for host in (*HOSTS, SMALL):
             docker("rm", "-f", host, check=False)
-        server.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -204,6 +148,9 @@ def test_stage_resume_verify_idempotent_check_corrupt_prune_disk(lab: Lab) -> No
     assert sorted(ranges) == ["", f"bytes={CUT}-", f"bytes={CUT}-"], ranges
     assert out.count(f"{WEIGHTS - CUT} bytes downloaded of {total} ({CUT} resumed)") == 2, out
     assert out.count(f"{total} bytes downloaded of {total} (0 resumed)") == 1, out
+    # Each host's progress while it ran (async job + watch loop), ending verified at the total.
+    for host in HOSTS:
+        assert f"ok: [{host}] => (item=tiny@r1: verified {total} of {total} bytes (100 %)" in out, out[-3000:]
     for host in HOSTS:
         assert _current(host) == ".revisions/tiny/r1"
         digest = on_host(host, "sha256sum /srv/models/tiny/weights.bin").split()[0]

@@ -8,6 +8,7 @@ test behaviour only: what the checkpoint's files say, not a number taken from th
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,10 @@ def test_every_fixture_has_its_source() -> None:
         on_disk = {p.name for p in (CHECKPOINTS / name).iterdir()}
         assert on_disk == set(entry["files"]), name
         for where in entry["files"].values():
-            assert where["repo"] and where["path"] and len(where["commit"]) == 40, name
+            assert where["repo"] and where["path"], name
+            # A GitHub file is pinned by its full commit; a Hub page sometimes shows only the 7-character one.
+            full = re.fullmatch(r"[0-9a-f]{40}", where["commit"])
+            assert full or (where["repo"].startswith("hf:") and re.fullmatch(r"[0-9a-f]{7,39}", where["commit"])), name
         assert entry["published"] or entry["note"], name
 
 
@@ -196,3 +200,18 @@ def test_nemotron_h_exclusions_match_its_backbone_module_names() -> None:
     assert layer_module_bytes(spec, q, 4, "mamba", 2.0)[0] == 2.0
     assert layer_module_bytes(spec, q, 0, "mamba", 2.0)[0] == 0.5625
     assert layer_module_bytes(spec, q, 6, "mlp", 2.0)[2] == 0.5625
+
+
+def test_gemma4_moe_experts_are_nvfp4_and_its_dense_mlp_stays_bf16() -> None:
+    """nvidia/Gemma-4-26B-A4B-NVFP4: vLLM builds a dense ``mlp`` beside ``router`` and ``experts`` in every layer
+    (models/gemma4.py:609-614, :630-653). ModelOpt excludes ``layers.N.mlp*`` (and router, self_attn): the dense MLP
+    stays BF16, the 128 experts of each layer are NVFP4. Before, the experts were matched as ``mlp.experts`` by that
+    exclusion and sized in BF16, the dense MLP not at all."""
+    spec = spec_of("gemma-4-26b-a4b-nvfp4")
+    assert (spec.num_experts, spec.experts_per_token, spec.moe_intermediate_size) == (128, 8, 704)
+    assert spec.shared_expert_intermediate_size == 2112  # the dense MLP, always active
+    mixer, _dense, experts, shared = layer_module_bytes(spec, spec.quantization, 5, spec.layer_kinds[5], 2.0)
+    assert (mixer, experts, shared) == (2.0, 0.5625, 2.0)
+    per_gpu = max(weights_bytes_per_gpu(spec, 1, 1, 2, spec.quantization, 1))
+    routed = 30 * 128 * 3 * 2816 * 704 * 0.5625
+    assert routed < per_gpu < routed + 7e9  # experts in NVFP4; the rest (attention, embedding, vision) BF16

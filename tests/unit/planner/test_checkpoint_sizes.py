@@ -6,9 +6,14 @@ planner is asked for its estimate from config.json (and hf_quant_config.json) AL
 — so the test checks the estimate, within 3 %. A published size that is per GPU is compared with the planner's
 bytes on one GPU at that layout. What each published number includes beyond the tensors is in its ``inferred``.
 
-Formats without two published sizes yet (see docs/sizing.md §2a): ModelOpt FP8 / NVFP4 / mixed, compressed-tensors,
-GPTQ, AWQ (two public vLLM logs, but no verbatim config.json of those releases found), AutoRound, per-tensor FP8,
-Quark.
+Published sizes per format (worst error in docs/sizing.md §2a): MXFP4 and block FP8 two each (above), AWQ two
+(solidrust Llama-3-8B, LDCC Qwen2.5-72B), GPTQ two (GSJL Qwen2.5-32B, obh07 Llama-3-8B), per-tensor FP8 two (amd
+Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT), compressed-tensors
+one (Kimi-K2.5 W4A16, the on-disk size vLLM's recipe states); and one unquantized
+hybrid, NVIDIA's vLLM load of Nemotron-3-Nano-30B-A3B-BF16 (the layout its NVFP4 sibling is sized on). A checkpoint that
+ships MTP layers vLLM loads only under speculative decoding is compared as weights + MTP layers (``includes_mtp``).
+Still without a published size found here: ModelOpt FP8, AutoRound, Quark, a second compressed-tensors (docs/sizing.md §2a
+says what was searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
 """
 
 from __future__ import annotations
@@ -16,19 +21,24 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import weights_bytes_per_gpu
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import (
+    mtp_bytes_per_gpu,
+    weights_bytes_per_gpu,
+)
 
 from .test_checkpoint_formats import CHECKPOINTS, GIB, SOURCES, spec_of
 
 GB = 10**9
 
 
-def planned_bytes(fixture: str, tp: int = 1) -> float:
+def planned_bytes(fixture: str, tp: int = 1, with_mtp: bool = False) -> float:
     """The planner's weight bytes on the fullest GPU at TP ``tp`` (experts sliced over the same GPUs), from the
-    fixture's config files only: ``load_model`` reads no index here (none is vendored), so no ``total_size``."""
+    fixture's config files only: ``load_model`` reads no index here (none is vendored), so no ``total_size``.
+    ``with_mtp``: plus the MTP layers the file ships (loaded by vLLM only under speculative decoding)."""
     assert not (CHECKPOINTS / fixture / "model.safetensors.index.json").exists()
     spec = spec_of(fixture)
-    return float(max(weights_bytes_per_gpu(spec, tp, 1, 2, spec.quantization, tp)))
+    weights = float(max(weights_bytes_per_gpu(spec, tp, 1, 2, spec.quantization, tp)))
+    return weights + (mtp_bytes_per_gpu(spec, tp, 1, 2, spec.quantization, tp) if with_mtp else 0.0)
 
 
 def published_bytes(published: dict[str, Any]) -> float:
@@ -37,6 +47,8 @@ def published_bytes(published: dict[str, Any]) -> float:
         return sum(published["shards_gb"]) * GB
     if kind in ("gguf_file_size_gib", "vllm_log_weights_gib", "vllm_log_model_loading_gib"):
         return published["value_gib"] * GIB
+    if kind == "hf_repo_total_gb":
+        return published["value_gb"] * GB
     raise AssertionError(f"unknown published kind {kind}")
 
 
@@ -46,7 +58,36 @@ CASES = [
     ("gpt-oss-120b gguf", "gpt-oss-120b", "gpt-oss-120b", "mxfp4"),
     ("Qwen3-235B-A22B-FP8 TP8+EP log", "qwen3-235b-a22b-fp8", "qwen3-235b-a22b-fp8", "fp8-block"),
     ("DeepSeek-R1 TP8 log", "deepseek-r1", "deepseek-r1", "fp8-block"),
+    ("Llama-3-8B AWQ files", "solidrust-meta-llama-3-8b-instruct-awq", "solidrust-meta-llama-3-8b-instruct-awq", "awq"),
+    ("Qwen2.5-72B AWQ files", "ldcc-qwen2.5-72b-instruct-ko-awq", "ldcc-qwen2.5-72b-instruct-ko-awq", "awq"),
+    ("Qwen2.5-32B GPTQ file", "gsjl-qwen2.5-32b-instruct-gptq-marlin", "gsjl-qwen2.5-32b-instruct-gptq-marlin", "gptq"),
+    ("Qwen3.6-35B-A3B NVFP4 mixed repo", "qwen3.6-35b-a3b-nvfp4", "qwen3.6-35b-a3b-nvfp4", "modelopt-mixed"),
+    ("Gemma-4-31B-IT NVFP4 repo", "gemma-4-31b-it-nvfp4", "gemma-4-31b-it-nvfp4", "modelopt-nvfp4"),
+    ("Llama-3.1-8B FP8 per tensor files", "amd-llama-3.1-8b-instruct-fp8-kv", "amd-llama-3.1-8b-instruct-fp8-kv",
+     "fp8-tensor"),
+    ("Llama-3.1-70B FP8 per tensor files", "amd-llama-3.1-70b-instruct-fp8-kv", "amd-llama-3.1-70b-instruct-fp8-kv",
+     "fp8-tensor"),
+    ("Llama-3-8B GPTQ files", "obh07-meta-llama-3-8b-instruct-gptq-4bit", "obh07-meta-llama-3-8b-instruct-gptq-4bit",
+     "gptq"),
+    ("Kimi-K2.5 compressed-tensors W4A16 repo", "kimi-k2.5", "kimi-k2.5", "ct-wna16"),
+    # Not a quantization format: NVIDIA's vLLM load of the BF16 Nemotron-H base the NVFP4 sibling is sized on.
+    ("Nemotron-3-Nano-30B-A3B BF16 TP1 vLLM load", "nemotron-3-nano-30b-a3b-bf16-vllm-load",
+     "../architectures/nemotron-3-nano-30b-a3b-bf16", "bf16-hybrid"),
 ]
+
+#: How each format shows in the parsed spec (the case must be what its label says).
+FORMAT_CHECKS = {
+    "mxfp4": lambda q: q.method == "mxfp4",
+    "fp8-block": lambda q: q.method == "fp8" and q.block_fp8,
+    "fp8-tensor": lambda q: q.method == "fp8" and not q.block_fp8 and q.ignore == ("lm_head",),
+    "awq": lambda q: q.method == "awq" and q.weight_bits == 4 and q.group_size == 128,
+    "gptq": lambda q: q.method == "gptq" and q.weight_bits == 4 and q.group_size == 128,
+    "modelopt-mixed": lambda q: q.method == "modelopt_mixed" and bool(q.layer_bytes),
+    "modelopt-nvfp4": lambda q: q.method == "modelopt_fp4" and q.scheme == "NVFP4",
+    "ct-wna16": lambda q: q.method == "compressed-tensors" and q.scheme == "wna16" and q.weight_bits == 4
+    and q.bytes_per_weight == 0.5 + 2 / 32 and "re:.*self_attn.*" in q.ignore,
+    "bf16-hybrid": lambda q: q.method == "none",
+}
 
 
 def test_every_published_size_names_its_evidence() -> None:
@@ -64,9 +105,9 @@ def test_planned_weights_match_the_published_size(key: str, fixture: str, fmt: s
     published = SOURCES[key]["published"]
     tp = published["tp"] if published["per_gpu"] else 1
     spec = spec_of(fixture)
-    assert {"mxfp4": spec.quantization.method == "mxfp4",
-            "fp8-block": spec.quantization.method == "fp8" and spec.quantization.block_fp8}[fmt]
-    planned, expected = planned_bytes(fixture, tp), published_bytes(published)
+    assert FORMAT_CHECKS[fmt](spec.quantization)
+    planned = planned_bytes(fixture, tp, with_mtp=published.get("includes_mtp", False))
+    expected = published_bytes(published)
     assert planned == pytest.approx(expected, rel=0.03), f"{planned / expected - 1:+.1%}"
 
 
@@ -74,3 +115,12 @@ def test_deepseek_r1_and_v3_ship_the_same_shapes() -> None:
     """The R1 release reuses V3's config.json verbatim: one block-FP8 estimate covers both."""
     assert (CHECKPOINTS / "deepseek-r1" / "config.json").read_bytes() == \
         (CHECKPOINTS / "deepseek-v3" / "config.json").read_bytes()
+
+
+def test_kimi_k25_vision_tower_is_read_from_its_vt_keys() -> None:
+    """Kimi-K2.5's MoonViT names its shape ``vt_hidden_size`` / ``vt_num_hidden_layers`` / ``vt_intermediate_size``
+    (vLLM aliases them, transformers_utils/configs/kimi_k3.py:79-83): 27 blocks of 1152 / 4304, not the 24 x 1024
+    fallback for a vision_config without ``hidden_size``."""
+    vision = spec_of("kimi-k2.5").vision_params
+    blocks = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304)
+    assert vision == blocks + 1152 * 7168 + 7168 * 7168

@@ -142,3 +142,16 @@ def test_the_users_mamba_cache_dtypes_win_and_resize_the_state(engine_args, conv
     page = 6144 * 3 * conv + 64 * 8192 * ssm
     assert f"conv 6144x3 x {conv} B + 64x8192 x {ssm} B = {page:,} B per layer" in result["reasons"]["kv-cache-groups"]
     assert result["prediction"]["block_size"] == 16 * -(-page // (16 * 2 * 2 * 128 * 2))
+
+
+def test_gemma4_full_layers_take_the_global_kv_shape() -> None:
+    """Gemma-4's full_attention layers use global_head_dim and, with attention_k_eq_v, num_global_key_value_heads
+    (transformers' per_layer_config, vLLM models/gemma4.py:578-580); other families keep one attention shape."""
+    for name, full in (("gemma-4-26b-a4b", (2, 512)), ("gemma-4-26b-a4b-nvfp4", (2, 512))):
+        spec = parse_model_config(config(name))
+        assert spec.full_kv == full and Counter(spec.layer_kinds) == {"sliding": 25, "full": 5}
+        assert spec.kind_kv_bytes_per_token("full", 2, 2) == 2 * 1 * 512 * 2  # 2 KV heads over TP 2: one each
+    for name in ("qwen3.5-27b", "llama-4-scout-17b-16e-instruct", "qwen3-vl-8b-instruct"):
+        spec = parse_model_config(config(name))
+        assert spec.full_kv is None
+        assert spec.kind_kv_bytes_per_token("full", 1, 2) == spec.kv_bytes_per_token_layer(1, 2)

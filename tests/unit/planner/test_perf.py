@@ -192,3 +192,27 @@ def test_cli_expert_parallel_and_plan_text(capsys: pytest.CaptureFixture[str]) -
     assert main(["plan", "--model", str(LLAMA8B), "--gpu", H100]) == 0
     text = capsys.readouterr().out
     assert "predicted (vllm bench serve --dataset-name random" in text and "TPOT (ms): mean" in text
+
+
+def test_calibration_set_meets_the_issue_floor() -> None:
+    # issue 28: at least 20 public results over 4+ GPU types, dense and MoE, TP 1-8
+    lines = [json.loads(x) for x in RESULTS.read_text().splitlines() if x.strip()]
+    assert len(lines) >= 20
+    assert len({r["gpu_key"] for r in lines}) >= 4
+    assert {bool(r["moe"]) for r in lines} == {True, False}
+    tps = {int((r.get("engine_args") or {}).get("tensor-parallel-size", 1)) for r in lines}
+    assert {1, 2, 4, 8} <= tps
+    assert len({r["id"] for r in lines}) == len(lines)
+
+
+def test_replayed_lengths_are_sent_as_published() -> None:
+    # one request of 100 prompt tokens and 10 output tokens, alone: a prefill step, then 9 decode steps
+    m = _model()
+    wl = perf.Workload("sharegpt", num_prompts=1, max_concurrency=1, pairs=((100, 10),))
+    assert wl.lengths() == [(100, 10)]
+    got = perf.summarise(perf.simulate(m, wl, 256, 8192, 10**6, 4096))
+    prefill = perf.step_time(m, 0, 0.0, 100, 50.0)
+    assert got["mean_ttft_ms"] == pytest.approx(prefill * 1000, rel=1e-6)
+    assert got["mean_e2el_ms"] > got["mean_ttft_ms"] + 9 * perf.step_time(m, 1, 100) * 1000 * 0.99
+    # an empty completion (0 tokens in a result file) is replayed as one token
+    assert perf.Workload("sharegpt", pairs=((5, 0),)).lengths() == [(5, 1)]

@@ -147,3 +147,57 @@ def test_ep_with_data_parallelism_is_better_and_eplb_requires_it() -> None:
                 engine_args={"tensor_parallel_size": 4, "enable_eplb": True})
     assert eplb["engine_args"]["enable-expert-parallel"] is True
     assert eplb["reasons"]["enable-expert-parallel"].startswith("required: --enable-eplb needs expert parallelism")
+
+
+# --- The per-GPU split of the checkpoints with a published size (test_checkpoint_sizes.py), by layout ------------
+
+
+@pytest.mark.parametrize("fixture", ["ldcc-qwen2.5-72b-instruct-ko-awq", "gsjl-qwen2.5-32b-instruct-gptq-marlin",
+                                     "solidrust-meta-llama-3-8b-instruct-awq"])
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_dense_quantized_checkpoints_split_by_tp_and_copy_per_dp_rank(fixture: str, tp: int) -> None:
+    """AWQ / GPTQ dense checkpoints: every linear layer, the embedding and lm_head split over TP (8 KV heads divide
+    TP <= 8), only the norms whole; a DP rank holds its own copy, so DP 2 x TP t weighs what TP t weighs. The TP 1
+    figure is the published size (test_checkpoint_sizes.py), so TP t is that size / t plus the norms."""
+    published = SOURCES[fixture]["published"]
+    whole = _parts(_split(fixture, 1)[1])
+    split = _parts(_split(fixture, tp)[1])
+    norms = whole["norms"]
+    assert split["norms"] == norms
+    for name in ("attention", "dense_mlp", "embedding", "lm_head"):
+        assert split[name] == pytest.approx(whole[name] / tp, rel=1e-6), name
+    total = sum(split.values())
+    assert total == pytest.approx((sum(published["shards_gb"]) * 1e9 - norms) / tp + norms, rel=0.03)
+    assert _split(fixture, tp, dp=2)[1].total == sum(split.values())
+
+
+def test_nvfp4_moe_experts_follow_ep_and_dp_while_attention_stays_whole_per_rank() -> None:
+    """nvidia/Qwen3.6-35B-A3B-NVFP4 (256 experts, 40 layers, 10 full-attention + 30 gated-delta mixers): at TP 2 the
+    W4A16-NVFP4 experts are sliced in two; at DP 2 x TP 1 with EP each GPU holds 128 whole experts per layer and a
+    whole copy of everything else (DP-attention); at DP 4 + EP 64 experts; the FP8 attention is the same bytes in
+    every layout that has TP 1."""
+    whole = _parts(_split("qwen3.6-35b-a3b-nvfp4", 1)[1])
+    tp2 = _parts(_split("qwen3.6-35b-a3b-nvfp4", 2)[1])
+    for dp in (2, 4):
+        _spec, split = _split("qwen3.6-35b-a3b-nvfp4", 1, dp=dp, ep=True)
+        parts = _parts(split)
+        assert parts["routed_experts"] == pytest.approx(whole["routed_experts"] / dp, rel=1e-9)
+        for name in ("attention", "shared_experts", "routers", "embedding", "lm_head", "vision"):
+            assert parts[name] == whole[name], name
+        assert f"{256 // dp} whole experts per GPU" in split.reasons()["weights.routed_experts"]
+    assert tp2["routed_experts"] == pytest.approx(whole["routed_experts"] / 2, rel=1e-9)
+    assert tp2["routers"] == whole["routers"]  # the router is whole on every GPU
+    assert whole["routed_experts"] > 0.6 * sum(whole.values())  # most of the 22 GB are the experts
+
+
+def test_gemma4_full_attention_layers_replicate_their_4_kv_heads_beyond_tp_4() -> None:
+    """nvidia/Gemma-4-31B-IT-NVFP4: the 10 full-attention layers have 4 KV heads of 512 (the 50 sliding ones 16 of
+    256). At TP 8 each GPU keeps one whole KV head of a full layer (vLLM replicates KV heads when TP > KV heads),
+    so those layers' k/v bytes stop halving after TP 4 while q/o keep splitting."""
+    spec = spec_of("gemma-4-31b-it-nvfp4")
+    assert (spec.full_kv, spec.head_dim, spec.num_kv_heads) == ((4, 512), 256, 16)
+    h, heads = spec.hidden_size, spec.num_heads
+    for tp, kv_heads in ((1, 4), (4, 1), (8, 1)):
+        split, repl = spec.attention_params_per_layer(tp, "full")
+        assert (split, repl) == (2 * h * heads * 512 / tp + 2 * h * 512 * kv_heads, 0.0)
+    assert spec.attention_params_per_layer(1, "sliding")[0] == 2 * h * heads * 256 + 2 * h * 256 * 16

@@ -71,12 +71,20 @@ def test_preflight_plans_a_mirror_reference_from_the_cache_and_serves_the_staged
           "vllm_fleet_model": {"url": model_mirror}, "vllm_fleet_model_cache": str(tmp_path / "cache"),
           "vllm_fleet_model_root": "/data/models", "vllm_fleet_recorded_facts_dir": str(facts_dir)}
     state = _host_state("h200-01", hv, str(facts_dir), str(tmp_path / "artifacts"))
-    assert state["model_error"] is None and state["model_dir"] == "/data/models/gpt-oss-20b"
+    # The staged revision's directory (the mirror manifest's revision r7), not the symlink that follows the newest one.
+    staged = "/data/models/.revisions/gpt-oss-20b/r7"
+    assert state["model_error"] is None and state["model_dir"] == staged
     result = fleet_preflight({"h200-01": state}, recorded=True, planning=True)
     assert result["errors"] == [], result["errors"]
     record = result["records"]["h200-01"]
-    assert record["plan"]["engine_args"]["model"] == "/data/models/gpt-oss-20b"
-    assert record["launch"]["model_dir"] == "/data/models/gpt-oss-20b"
+    assert record["plan"]["engine_args"]["model"] == staged
+    assert record["launch"]["model_dir"] == staged
+    # The API's model name is the reference's name, not the revision directory's; an inventory's own name wins.
+    assert record["launch"]["served_model_name"] == "gpt-oss-20b"
+    hv["vllm_serve_served_model_name"] = "chat"
+    named = fleet_preflight({"h200-01": _host_state("h200-01", hv, str(facts_dir), str(tmp_path / "artifacts"))},
+                            recorded=True, planning=True)
+    assert named["records"]["h200-01"]["launch"]["served_model_name"] == "chat"
     # The mirror gone and the cache empty: one line that names the host and the fix.
     hv["vllm_fleet_model"] = {"url": model_mirror + "-gone"}
     gone = fleet_preflight({"h200-01": _host_state("h200-01", hv, str(facts_dir), str(tmp_path))}, recorded=True,

@@ -77,6 +77,19 @@ RELEASE = Release(
                                              "group_size = 16  # Default value"),
             "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
                                                   "if len(weight_block_size) != 2:"),
+            # Weights of Gemma 4 full-attention layers (model.py attention_params_per_layer).
+            "weights:gemma4_per_layer_head_dim": Source("vllm/model_executor/models/gemma4.py", 578, 580,
+                                                        "layer_config = config.per_layer_config[layer_idx]"),
+            "weights:gemma4_k_eq_v_v_slot": Source("vllm/model_executor/models/gemma4.py", 421, 423,
+                                                   "k_eq_v layers load K weights into both K and V slots via"),
+            "weights:gemma4_mlp_beside_experts": Source("vllm/model_executor/models/gemma4.py", 630, 630,
+                                                        'self.enable_moe_block = getattr(config, "num_experts", None) is not None'),
+            # Kimi-K2.5's MoonViT shape keys (model._vision_params): vt_* aliased to hidden_size & co.
+            "weights:kimi_vit_vt_aliases": Source("vllm/transformers_utils/configs/kimi_k3.py", 79, 83,
+                                                  "self.hidden_size = vt_hidden_size"),
+            # bitsandbytes left core vLLM: its quant_method is not a known method (precision.py refuses it).
+            "quant:bitsandbytes_not_in_core": Source("vllm/config/model.py", 1465, 1468,
+                                                     'f"Unknown quantization method: {self.quantization}. Must "'),
             # Recipe settings the plan leaves to vLLM (planner/recipes.py): defaults of this release.
             "recipe:VLLM_USE_DEEP_GEMM": Source("vllm/envs.py", 1600, 1600, 'os.getenv("VLLM_USE_DEEP_GEMM", "1")'),
             "recipe:moe_backend": Source("vllm/engine/arg_utils.py", 571, 571,

@@ -1,0 +1,122 @@
+"""Measured beside predicted (scripts/bench_report.py) and outliers among identical hosts (scripts/bench_twins.py,
+observe/predicted.py), on synthetic `vllm bench serve` results: no server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import predicted as pv
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
+    load_model,
+    plan_for_model,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import Workload, predict_for_plan
+
+ROOT = Path(__file__).resolve().parents[3]
+REPORT = ROOT / "scripts" / "bench_report.py"
+FLEET = ROOT / "scripts" / "bench_twins.py"
+LLAMA8B = ROOT / "tests/fixtures/planner/models/llama-3.1-8b"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _results(directory: Path, tput: dict[int, float], ttft: float = 50.0) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for level, value in tput.items():
+        result = {"max_concurrency": level, "completed": 8, "output_throughput": value, "p50_ttft_ms": ttft,
+                  "p99_ttft_ms": ttft * 2, "p50_e2el_ms": 900.0, "p99_e2el_ms": 1200.0,
+                  "request_throughput": value / 64}  # fmt: skip
+        (directory / f"c{level}-r0.json").write_text(json.dumps(result))
+    return directory
+
+
+def _run(script: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, check=False,
+                          timeout=120)  # fmt: skip
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip() else {"stderr": proc.stderr})
+
+
+def test_gpu_run_is_stored_beside_its_prediction(tmp_path: Path) -> None:
+    plan = plan_for_model({"gpu_name": H100, "gpu_count": 1}, str(LLAMA8B))
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    rc, out = _run(REPORT, "--results", str(_results(tmp_path / "r", {1: 60.0, 4: 200.0})), "--library",
+                   str(tmp_path / "lib"), "--host", "gpu-01", "--model", "llama", "--image", "img", "--no-plots",
+                   "--plan-json", str(tmp_path / "plan.json"), "--model-config", str(LLAMA8B), "--input-len", "128",
+                   "--output-len", "64", "--sku-group", "gpu_h100")  # fmt: skip
+    assert rc == 0, out
+    # the same workload the benchmark sent: random 128/64, --max-concurrency C, 4 x C prompts (at least 8)
+    config, _total, _dir = load_model(str(LLAMA8B))
+    expected = predict_for_plan(config, plan, Workload("random", 128, 64, 8, 1))
+    assert out["predicted"]["1"] == expected
+    assert out["ratio"]["1"]["output_throughput"] == pytest.approx(60.0 / expected["output_throughput"], abs=1e-3)
+    assert out["ratio"]["4"]["p50_ttft_ms"] == pytest.approx(50.0 / out["predicted"]["4"]["median_ttft_ms"], abs=1e-3)
+    assert out["prediction_note"] == "" and out["sku_group"] == "gpu_h100"
+    summary = json.loads((Path(out["run_dir"]) / "summary.json").read_text())
+    assert summary["ratio"] == out["ratio"] and summary["predicted"]["4"]["output_throughput"] > 0
+    assert "## Measured / predicted" in (Path(out["run_dir"]) / "summary.md").read_text()
+
+
+def test_cpu_lane_run_is_measured_only(tmp_path: Path) -> None:
+    plan = plan_for_model({"gpus": []}, str(LLAMA8B))
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    rc, out = _run(REPORT, "--results", str(_results(tmp_path / "r", {1: 300.0})), "--library", str(tmp_path / "lib"),
+                   "--host", "cpu-01", "--model", "tiny", "--image", "img", "--no-plots", "--plan-json",
+                   str(tmp_path / "plan.json"), "--model-config", str(LLAMA8B), "--input-len", "32",
+                   "--output-len", "16")  # fmt: skip
+    assert rc == 0, out
+    assert out["predicted"] == {} and out["ratio"] == {}
+    assert out["prediction_note"] == pv.CPU_LANE_WHY and out["prediction_note"].startswith("measured only")
+    assert pv.CPU_LANE_WHY in (Path(out["run_dir"]) / "summary.md").read_text()
+
+
+def _host(name: str, tput: float, clock: int = 1980, sku: str = "gpu_h100", plan: str = "p1",
+          gpus: int = 2) -> dict[str, Any]:
+    facts = [{"index": i, "sm_clock_max_mhz": clock, "memory_clock_max_mhz": 2619, "ecc_mode": "Enabled",
+              "power_limit_w": 700.0} for i in range(gpus)]  # fmt: skip
+    return {"host": name, "sku_group": sku, "plan_hash": plan, "gpus": facts,
+            "summary": {"1": {"output_throughput": tput / 10}, "16": {"output_throughput": tput}}}
+
+
+def test_a_slow_host_among_identical_ones_is_flagged_with_what_differs() -> None:
+    hosts = [_host("a", 1000.0), _host("b", 980.0), _host("c", 600.0, clock=1410), _host("d", 1010.0),
+             _host("x", 300.0, plan="p2")]  # another plan: never compared with the p1 hosts
+    result = pv.outliers(hosts)
+    assert [o["host"] for o in result["outliers"]] == ["c"]
+    (c,) = result["outliers"]
+    # median of the twins a, b, d at c=16 is 1000: 600 is -40 %, beyond the 15 % threshold; c=1 likewise
+    assert [(x["concurrency"], x["twins_median"], x["change"], x["limit"]) for x in c["levels"]] == [
+        (1, 100.0, -0.4, 0.15), (16, 1000.0, -0.4, 0.15)]
+    assert c["differs"] == ["sm_clock_max_mhz 1410 (twins: 1980)"]
+    assert {"sku_group": "gpu_h100", "plan_hash": "p2", "hosts": ["x"]} in result["groups"]
+    # within the threshold: nobody flagged (b is 10 % below the median)
+    assert pv.outliers([_host("a", 1000.0), _host("b", 900.0), _host("d", 1010.0)])["outliers"] == []
+    # the repeats' own spread widens the limit (as for a regression): 30 % apart with a 40 % spread is noise ...
+    noisy = [_host("a", 1000.0), _host("b", 700.0), _host("d", 1000.0)]
+    noisy[1]["summary"]["16"]["output_throughput_spread"] = 0.4
+    assert [x["concurrency"] for x in pv.outliers(noisy)["outliers"][0]["levels"]] == [1]
+    # ... but never beyond max_noise (50 %): half the twins' throughput is a finding at any spread
+    noisy[1]["summary"]["16"].update(output_throughput=400.0, output_throughput_spread=3.0)
+    assert 16 in [x["concurrency"] for x in pv.outliers(noisy)["outliers"][0]["levels"]]
+
+
+def test_cpu_twins_are_compared_measured_only() -> None:
+    hosts = [_host("cpu-a", 800.0, sku="cpu_lane", gpus=0), _host("cpu-b", 400.0, sku="cpu_lane", gpus=0)]
+    (slow,) = pv.outliers(hosts)["outliers"]
+    assert slow["host"] == "cpu-b" and "no GPU facts on the CPU lane" in slow["differs"][0]
+
+
+def test_bench_twins_writes_the_report(tmp_path: Path) -> None:
+    reports = [dict(_host("a", 1000.0), ratio={"16": {"output_throughput": 0.5}}, prediction_note=""),
+               dict(_host("b", 1000.0), ratio={}, prediction_note=pv.CPU_LANE_WHY),
+               dict(_host("c", 500.0), ratio={}, prediction_note="")]
+    (tmp_path / "all.json").write_text(json.dumps(reports))
+    rc, out = _run(FLEET, str(tmp_path / "all.json"), "--out", str(tmp_path / "fleet"))
+    assert rc == 0, out
+    assert [o["host"] for o in out["outliers"]] == ["c"]
+    md = (tmp_path / "fleet" / "fleet.md").read_text()
+    assert "| a | 16 | 0.50 |" in md and pv.CPU_LANE_WHY in md and "- **c** (gpu_h100, plan p1)" in md
+    assert json.loads((tmp_path / "fleet" / "fleet.json").read_text())["outliers"][0]["host"] == "c"
