@@ -90,9 +90,11 @@ def autotune_overrides(decision: dict[str, Any], current: dict[str, Any] | None 
 
 # ---- plan feedback --------------------------------------------------------------------------------
 
-def vllm_plan_feedback(logs: Any, plan: Any, host: str, tolerance: float = pf.DEFAULT_TOLERANCE) -> dict[str, Any]:
+def vllm_plan_feedback(logs: Any, plan: Any, host: str, tolerance: float = pf.DEFAULT_TOLERANCE,
+                       planned_with: Any = None) -> dict[str, Any]:
     try:
-        return pf.host_feedback(host, plan, pf.log_entries(logs), float(tolerance))
+        return pf.host_feedback(host, plan, pf.log_entries(logs), float(tolerance),
+                                planned_with if isinstance(planned_with, Mapping) else None)
     except (pf.FeedbackError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_plan_feedback: {exc}") from exc
 
@@ -121,13 +123,18 @@ def vllm_startup_diagnosis(log: Any, engine_args: Any, plan: Any, planning_input
     failure = sf.classify(log)
     memory = plan.get("memory_gib") or {}
     lane = "cpu" if plan.get("device") == "cpu" else "gpu"
-    if pins is None:  # the planning input's engine_args are the user's pins (vllm_fleet_engine_args)
-        pins = options.get("engine_args") or {}
+    if pins is None:  # the planning input's engine_args are the user's pins (vllm_fleet_engine_args)...
+        pins = dict(options.get("engine_args") or {})
+        # ...but a value learned on an identical host (preflight/fleet.py with_learned) is not the user's: it may be
+        # corrected again
+        learned = {str(k).replace("_", "-") for k in ((item.get("learned") or {}).get("changes") or {})}
+        pins = {k: v for k, v in pins.items() if str(k).replace("_", "-") not in learned}
     pinned = [str(k).replace("_", "-") for k in pins] if isinstance(pins, Mapping) else []
     proposal = corr.propose(failure, dict(engine_args), request_tokens=profile.request_tokens,
                             min_concurrency=profile.min_concurrency, pinned=pinned, lane=lane,
                             gpu_total_gib=memory.get("total") if lane == "gpu" else None,
-                            autocorrect=bool(autocorrect))
+                            autocorrect=bool(autocorrect),
+                            multinode_group=str(item["multinode_group"]) if item.get("multinode_group") else None)
     key = ln.key_for_input(item) if item else None
     return {"failure": failure, "correction": proposal, "key": key}
 

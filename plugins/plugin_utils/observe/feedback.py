@@ -166,8 +166,12 @@ def host_feedback(
     plan: Mapping[str, Any],
     logs: Sequence[Mapping[str, Any]],
     tolerance: float = DEFAULT_TOLERANCE,
+    planned_with: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The per-host report: one entry per replica (``logs``: ``[{"replica": name, "log": text}]``).
+
+    ``observation`` is the start's logged components for the next preflight (``learned.observation``; ``planned_with``
+    is the observation this plan was made with, from the host's planning input).
 
     Deterministic (no timestamps): re-running an unchanged deployment writes the same file.
     """
@@ -187,6 +191,8 @@ def host_feedback(
         result["device"] = parsed["device"]
         result["evidence"] = parsed["lines"]
         replicas.append(result)
+    from . import learned
+
     order = {"ok": 0, "warn": 1, "missing": 2}
     status = max((r["status"] for r in replicas), key=order.__getitem__, default="missing")
     worsts = [r["worst_error"] for r in replicas if r["worst_error"] is not None]
@@ -199,6 +205,9 @@ def host_feedback(
         "worst_error": max(worsts) if worsts else None,
         "replicas": replicas,
         "warnings": [f"{r['replica']}: {w}" for r in replicas for w in r["warnings"]],
+        # vLLM's logged components of this start (learned.observation): the next preflight plans identical hosts
+        # with them (preflight/fleet.py with_observed)
+        "observation": learned.observation(host, plan, list(logs), planned_with),
     }
 
 

@@ -28,6 +28,7 @@ from .memory import (
 )
 from .model import ModelSpec, moe_expert_shards, stage_layers
 from .multimodal import multimodal_profile
+from .observed import COMPONENTS
 from .rules import VersionRules
 from .scheduler import Schedule
 from .shape_rules import expert_parallel_required
@@ -53,6 +54,8 @@ class Candidate:
     in_flight: int = 0
     draft_kv_per_token: int = 0  # KV bytes per token of draft layers with another page (speculative.draft_kv)
     draft_weights: int = 0  # the draft's weight bytes on a last-stage GPU (speculative decoding), in ``memory``
+    # component -> (estimate, value used) in bytes on the limiting GPU, when an observation sized it (observed.py)
+    observed_used: dict[str, tuple[int, int]] | None = None
 
     @property
     def world(self) -> int:
@@ -186,6 +189,13 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     stage_counts = list(stage_kind_counts(spec.layer_kinds, pp))
     draft_w, draft_extra, draft_layers, query_len = _speculative(g, tp, pp, weights, stage_counts)
     non_torch = non_torch_bytes(rules, tp * pp * dp)
+    obs = ctx.observed
+    offsets: dict[str, int] = {}
+    if obs is not None and obs.applies(rules.text, tp, pp, g.dp, g.eager):
+        offsets = {c: off for c in COMPONENTS if (off := obs.offset(c)) is not None}
+    est_weights, est_non_torch = list(weights), non_torch
+    weights = [max(0, w + offsets.get("weights", 0)) for w in weights]
+    non_torch = max(0, non_torch + offsets.get("non_torch", 0))
     in_flight = (2 if pp == 1 else pp) * tokens  # async scheduling (PP 1) keeps two batches in flight
     state_blocks = state_blocks_per_request(spec, prefix_caching(ctx))
     # Under speculative decoding each state layer keeps k more conv positions and k more blocks
@@ -195,6 +205,7 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     expert_parallel = uses_expert_parallel(g, tp, pp)
     charged = rules.cudagraph_charged_to_budget
     num_blocks_min: int | None = None
+    limiting_estimates: dict[str, int] = {}
     limiting: tuple[Memory, KvLayout, LayerCounts] | None = None
     limiting_last = False
     mm = (multimodal_profile(spec.vision, ctx.user, spec.hidden_size, tokens, seqs, max_model_len, prec.act_bytes, tp)
@@ -206,6 +217,9 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
         last = s == pp - 1
         cg = 0 if g.eager else cuda_graph_bytes(spec, count + (draft_layers if last else 0), seqs,
                                                 g.gpu.compute_capability, query_len, tokens)
+        stage_estimates = {"weights": est_weights[s], "non_torch": est_non_torch, "activation": act, "cuda_graph": cg}
+        act = max(0, act + offsets.get("activation", 0))
+        cg = max(0, cg + offsets.get("cuda_graph", 0)) if not g.eager else 0
         kv = budget - weights[s] - act - non_torch - (cg if charged else 0)
         layout = kv_layout(spec, kinds, tp, prec.kv_bytes, g.block_size, max_model_len, in_flight,
                            draft_extra if last else 0, state_blocks, num_spec, dcp)
@@ -213,12 +227,16 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
         if num_blocks_min is None or blocks < num_blocks_min:
             num_blocks_min = blocks
             limiting_last = last
+            limiting_estimates = stage_estimates
             limiting = (Memory(total=total, budget=budget, weights=weights[s], activation=act, non_torch=non_torch,
                                cuda_graph=cg, cuda_graph_charged=charged, kv_cache=kv, outside_budget=outside),
                         layout, kinds)
     if limiting is None or num_blocks_min is None:
         raise AssertionError("no pipeline stage was evaluated")
     mem, layout, kinds = limiting
+    values = {"weights": mem.weights, "activation": mem.activation, "non_torch": mem.non_torch,
+              "cuda_graph": mem.cuda_graph}
+    used = {c: (limiting_estimates[c], values[c]) for c in offsets} if offsets else None
     concurrency = num_blocks_min / layout.blocks_per_request if layout.blocks_per_request else 0.0
     kv_tokens = int(concurrency * max_model_len)
     if rules.engine == "v0":  # V0 logged "# GPU blocks: N"; capacity is blocks x block size
@@ -227,7 +245,8 @@ def evaluate(g: GpuInputs, *, tp: int, pp: int, util: float, outside: int, max_m
     return Candidate(tp=tp, pp=pp, memory=mem, num_blocks=num_blocks_min, layout=layout, kv_tokens=kv_tokens,
                      concurrency=concurrency, max_model_len=max_model_len, max_num_seqs=seqs,
                      max_num_batched_tokens=tokens, fits_one_request=fits, layer_counts=kinds, in_flight=in_flight,
-                     draft_kv_per_token=draft_extra if limiting_last else 0, draft_weights=draft_w)
+                     draft_kv_per_token=draft_extra if limiting_last else 0, draft_weights=draft_w,
+                     observed_used=used)
 
 
 def _speculative(g: GpuInputs, tp: int, pp: int, weights: list[int],

@@ -8,6 +8,7 @@ from typing import Any
 from .inputs import Gpu, Policy, Profile
 from .lora import LoraSlots
 from .model import ModelSpec
+from .observed import Observed
 from .precision import Precision
 from .rules import VersionRules
 from .speculative import SpecDecode
@@ -30,6 +31,8 @@ class PlanInputs:
     # max_num_seqs and max_num_batched_tokens chosen for the profile's service targets, with their reasons
     # (targets.choose; scheduler.schedule returns them): (seqs, tokens, seqs reason, tokens reason)
     targeted: tuple[int, int, str, str] | None = None
+    # an identical host's last good start (observed.py): its logged components replace the estimate on its layout
+    observed: Observed | None = None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from .memory import (
     kv_layout,
 )
 from .model import ModelConfigError, ModelSpec, parse_model_config, with_user_state_dtypes
+from .observed import resolve_observed
 from .perf import plan_performance
 from .plan_types import Plan
 from .precision import reconcile_weights, resolve_precision
@@ -140,6 +141,11 @@ def _notes(gpu: Gpu | None, user: dict[str, Any], rules: VersionRules, d: Decisi
     if gpu is not None and gpu.shares_host_memory:
         d.warnings.append(f"{gpu.name} shares its memory with the host: what the OS and other processes use "
                           "comes out of the same pool; set policy co_located_mib to it")
+    if "num-gpu-blocks-override" in user:
+        d.warnings.append(f"--num-gpu-blocks-override {user['num-gpu-blocks-override']} is passed to vLLM as set but not "
+                          "modelled: vLLM sizes and checks the KV pool as that many blocks whatever the bytes "
+                          "(v1/core/kv_cache_utils.py:2605-2625 in 0.32.0, v1/core/kv_cache_planning.py:1510-1531 "
+                          "in 0.33.0), so this plan's KV prediction does not hold")
     for key in user:
         if key in rules.ignored_flags:
             d.warnings.append(f"--{key} is accepted but ignored by vLLM {rules.text}: {rules.ignored_flags[key]}")
@@ -184,6 +190,7 @@ def plan_typed(
     model_path: str | None = None,
     extra_args: list[str] | None = None,
     draft_model_config: dict[str, Any] | None = None,
+    observed: dict[str, Any] | None = None,
 ) -> Plan:
     """Plan one host and return the typed :class:`Plan` (:func:`plan` returns its ``to_dict()``).
 
@@ -197,6 +204,8 @@ def plan_typed(
     :param weights_total_bytes: ``metadata.total_size`` of ``model.safetensors.index.json`` if known.
     :param draft_model_config: the draft's ``config.json`` (EAGLE / EAGLE-3 head or draft model of the pinned
         ``speculative_config``), parsed like the target's (:mod:`.speculative`).
+    :param observed: an identical host's last good start (:mod:`.observed`): vLLM's logged components replace the
+        estimate on the layout it ran, and the reasons say so ("observed on <host> at <time>: ...").
     :raises PlanError: one-line message that says what to change.
     """
     d = Decision()
@@ -224,7 +233,7 @@ def plan_typed(
     speculative = resolve_speculative(spec, user, draft_model_config, parse_model_config)
     ctx = PlanInputs(spec=spec, profile=prof, policy=pol, rules=rules, user=user, precision=precision,
                      weights_total_bytes=weights_total_bytes, extra_args=extra, speculative=speculative,
-                     lora=resolve_lora(user, precision.act_bytes))
+                     lora=resolve_lora(user, precision.act_bytes), observed=resolve_observed(observed))
     if gpu is None:
         if prof.has_targets:
             d.note("targets", f"{prof.describe_targets()}: not used to choose the plan (the performance model covers "

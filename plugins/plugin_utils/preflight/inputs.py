@@ -114,6 +114,8 @@ KNOWN_VARIABLES: dict[str, str] = {
     "vllm_fleet_plan": "any",
     "vllm_fleet_facts": "any",
     "vllm_fleet_launch": "any",
+    # The plan feedback deploy.yml sets on each host before it plans the fleet again with the observed components.
+    "vllm_fleet_feedback": "any",
 }
 
 #: ``vllm_serve_*`` names preflight knows beyond the launch settings (``deploy/launch.py`` LAUNCH_SETTINGS) and the

@@ -47,7 +47,8 @@ def with_group_size(options: Mapping[str, Any], size: int) -> dict[str, Any]:
     return opts
 
 
-def try_plan(facts: Any, model: Any, host: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def try_plan(facts: Any, model: Any, host: str, options: Mapping[str, Any] | None = None,
+             observed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The vllm_plan filter's answer as data: ``{"plan": plan, "error": None}`` or ``{"plan": None, "error": msg}``.
 
     ``msg`` is one line, "<host>: <what to change>"; unknown options and options of the wrong type are refused
@@ -59,7 +60,7 @@ def try_plan(facts: Any, model: Any, host: str, options: Mapping[str, Any] | Non
         return {"plan": None, "error": f"{host}: vllm_plan rejected the options: unknown option(s) "
                                        f"{', '.join(map(str, unknown))} (known: {', '.join(PLAN_OPTIONS)})"}
     try:
-        return {"plan": plan_for_model(facts, model, **opts), "error": None}
+        return {"plan": plan_for_model(facts, model, **opts, observed=observed), "error": None}
     except (PlanError, ModelFilesError) as exc:
         return {"plan": None, "error": f"{host}: {exc}"}
     except TypeError as exc:  # an option of the wrong type (a contract mismatch)

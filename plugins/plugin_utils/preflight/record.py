@@ -230,9 +230,10 @@ def _planning_pass(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, 
             if refused:  # what vLLM would refuse at start-up (preflight/startup.py), before planning
                 errors += refused
                 continue
-            key = _memo_key(item.get("facts"), item.get("model"), options)
+            observed = item.get("observed")  # an identical host's last good start (fleet.with_observed)
+            key = _memo_key(item.get("facts"), item.get("model"), {**options, "observed": observed})
             if key not in memo:
-                memo[key] = try_plan(item.get("facts"), item.get("model"), "{host}", options)
+                memo[key] = try_plan(item.get("facts"), item.get("model"), "{host}", options, observed=observed)
             answer = memo[key]
             if answer["error"]:
                 errors.append(str(answer["error"]).replace("{host}", host, 1))
@@ -245,6 +246,8 @@ def _planning_pass(hosts: Mapping[str, Mapping[str, Any]], groups: Mapping[str, 
             got = item.get("learned")
             if got:  # a value learned on an identical host: the reason says so (the planner's says "set by you")
                 plan = {**plan, "reasons": {**plan["reasons"], **got["reasons"]}}
+            if item.get("pin_reasons"):  # a pin preflight made from the host's environment (fleet.with_cpu_kv_space)
+                plan = {**plan, "reasons": {**plan["reasons"], **item["pin_reasons"]}}
             plans[host] = plan
         except Exception as exc:
             errors.append(unexpected(host, "planning", exc))
@@ -399,6 +402,11 @@ def replan(record_input: Mapping[str, Any], host: str, engine_args: Mapping[str,
     options = dict(item.get("options") or {})
     options["engine_args"] = {**dict(options.get("engine_args") or {}), **dict(engine_args)}
     item["options"] = options
+    if item.get("learned"):  # a value learned earlier and changed now: its old reason no longer applies
+        changed = {str(k).replace("_", "-") for k in engine_args}
+        got = item["learned"]
+        item["learned"] = {"changes": {k: v for k, v in (got.get("changes") or {}).items() if k not in changed},
+                           "reasons": {k: v for k, v in (got.get("reasons") or {}).items() if k not in changed}}
     return fleet_launch({host: item}, check_image=False)
 
 

