@@ -139,7 +139,7 @@ def tiny_safetensors(config: Mapping[str, Any], seed: int) -> bytes:
         if name.endswith("norm.weight"):
             blob = _bf16([1.0] * count)
         else:
-            blob = _bf16([rng.gauss(0.0, 0.02) for _ in range(count)])
+            blob = _bf16([rng.gauss(0.0, 0.02) for _i in range(count)])
         header[name] = {"dtype": "BF16", "shape": list(shapes[name]), "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)

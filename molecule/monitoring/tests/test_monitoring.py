@@ -82,7 +82,7 @@ def test_listens_on_loopback_only(host) -> None:  # type: ignore[no-untyped-def]
 def test_config_and_rules_are_valid(host) -> None:  # type: ignore[no-untyped-def]
     check = host.run("promtool check config /etc/prometheus/prometheus.yml")
     assert check.rc == 0, check.stdout + check.stderr
-    assert "SUCCESS: 7 rules found" in check.stdout
+    assert "SUCCESS: 8 rules found" in check.stdout
 
 
 def test_scrape_jobs_come_from_the_inventory(host) -> None:  # type: ignore[no-untyped-def]
@@ -99,7 +99,7 @@ def test_scrape_jobs_come_from_the_inventory(host) -> None:  # type: ignore[no-u
 
 def test_rules_carry_runbooks(host) -> None:  # type: ignore[no-untyped-def]
     rules = yaml.safe_load(host.file(RULES).content_string)["groups"][0]["rules"]
-    assert len(rules) == 7
+    assert len(rules) == 8
     for rule in rules:
         assert rule["annotations"]["runbook_url"].endswith(".md")
         assert "{{ $labels.host }}" in rule["annotations"]["summary"]
@@ -110,7 +110,7 @@ def test_prometheus_loaded_the_rules_and_targets() -> None:
     with urllib.request.urlopen(f"{API}/api/v1/rules", timeout=10) as response:
         groups = json.load(response)["data"]["groups"]
     names = {r["name"] for g in groups for r in g["rules"]}
-    assert "VllmKvCacheSaturated" in names and len(names) == 7
+    assert {"VllmKvCacheSaturated", "VllmReplicaOutOfBalancer"} <= names and len(names) == 8
     with urllib.request.urlopen(f"{API}/api/v1/targets", timeout=10) as response:
         active = json.load(response)["data"]["activeTargets"]
     assert {t["labels"]["job"] for t in active} == {"vllm", "node", "dcgm"}

@@ -163,8 +163,8 @@ def render_markdown(result: Mapping[str, Any], ratios_by_host: Mapping[str, Mapp
             continue
         for level, cells in sorted(entry["ratio"].items(), key=lambda kv: int(kv[0])):
             lines.append(f"| {host} | {level} | " + " | ".join(
-                f"{cells[m]:.2f}" if m in cells else "-" for m in ("output_throughput", "p50_ttft_ms", "p99_ttft_ms",
-                                                                    "p50_e2el_ms")) + " |")
+                f"{cells[m]:.2f}" if m in cells else "-"
+                for m in ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_e2el_ms")) + " |")
     lines += ["", f"Outliers (output throughput more than {result['threshold']:.0%} below the median of identical "
               "hosts, same SKU group and plan; the limit widens to the repeats' own spread, up to "
               f"{result['max_noise']:.0%}):", ""]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -47,8 +48,8 @@ class Profile:
 
     def describe_targets(self) -> str:
         """``p99 TTFT <= 500 ms, p99 TPOT <= 50 ms at 64 concurrent clients`` (empty without targets)."""
-        parts = [f"p99 {name} <= {value:g} ms" for name, value in (("TTFT", self.p99_ttft_ms),
-                                                                    ("TPOT", self.p99_tpot_ms)) if value is not None]
+        targets = (("TTFT", self.p99_ttft_ms), ("TPOT", self.p99_tpot_ms))
+        parts = [f"p99 {name} <= {value:g} ms" for name, value in targets if value is not None]
         return ", ".join(parts) + (f" at {self.load_text()}" if self.has_load else "")
 
     def load_text(self) -> str:
@@ -116,7 +117,7 @@ def _target(profile: dict[str, Any], key: str) -> float | None:
     value = profile.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value != value:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isnan(value):
         raise PlanError(f"profile {key} must be a positive number of milliseconds (e.g. {key}: 500), got {value!r}")
     return float(value)
 

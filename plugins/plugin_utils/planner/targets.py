@@ -143,8 +143,8 @@ class _Search:
         if rates is None:
             raise AssertionError("not_applicable() lets only GPUs with rates through")
         self.rates = rates
-        self.targets: dict[str, float | None] = {"p99_ttft_ms": self.prof.p99_ttft_ms,
-                                                  "p99_tpot_ms": self.prof.p99_tpot_ms}
+        self.targets: dict[str, float | None] = {
+            "p99_ttft_ms": self.prof.p99_ttft_ms, "p99_tpot_ms": self.prof.p99_tpot_ms}
         self.trials: dict[tuple[int, int, int], Trial | None] = {}
         self.bases: dict[int, tuple[Candidate, int, Any]] = {}
 

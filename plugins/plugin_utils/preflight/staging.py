@@ -4,7 +4,8 @@
 planner reads, and the path the host serves: the staged revision's directory
 ``<vllm_fleet_model_root>/.revisions/<name>/<revision>`` (not the symlink ``<root>/<name>``, which follows the newest
 staged revision: a container mounts the directory of the revision in its launch record, so a new revision changes
-the record and reaches the replicas through the rollout, canary first), memoised per reference for the fleet. :func:`fleet_stage_check` is the stage playbook's one controller step: the probes of every
+the record and reaches the replicas through the rollout, canary first), memoised per reference for the fleet.
+:func:`fleet_stage_check` is the stage playbook's one controller step: the probes of every
 host (free disk at the model root, the source reachable) against the manifest, the revision equal across a
 multi-node group, a token for a gated repository; each refusal names the host and the fix.
 """

@@ -179,4 +179,3 @@ def test_a_host_without_disk_space_is_refused_before_any_host_changes(lab: Lab) 
     assert not [p for p in LATER_PLAYS if p in out], out[-3000:]
     assert _untouched() == before
     print(f"\n[fleet-lab] no-disk refusal in {seconds:.0f} s")
-

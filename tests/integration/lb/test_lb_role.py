@@ -201,7 +201,7 @@ def test_session_affinity_and_a_reload_that_drops_nothing(rig: Rig) -> None:
             except Exception as exc:  # every client-visible error counts
                 results.append(f"error {exc}")
 
-    threads = [threading.Thread(target=client) for _ in range(3)]
+    threads = [threading.Thread(target=client) for _i in range(3)]
     for thread in threads:
         thread.start()
     run = rig.play(vllm_lb_policy="session")
@@ -213,6 +213,6 @@ def test_session_affinity_and_a_reload_that_drops_nothing(rig: Rig) -> None:
     assert rig.pid() != before
     assert not [r for r in results if r.startswith("error")], [r for r in results if r.startswith("error")][:5]
     _up(rig)
-    sessions = {rig.post(_chat("s", "u"), {"X-Session-Id": "abc"}) for _ in range(6)}
+    sessions = {rig.post(_chat("s", "u"), {"X-Session-Id": "abc"}) for _i in range(6)}
     assert len(sessions) == 1, sessions
     print(f"\n[lb] reload under load (3 clients): {len(results)} requests, 0 failed; session abc on {sessions}")

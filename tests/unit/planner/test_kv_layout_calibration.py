@@ -85,8 +85,8 @@ def test_calibrate_cli_reports_median_and_worst_per_kind(capsys) -> None:
     assert "sliding window: 2 cases, median |error| 0.1%, worst -0.1%" in out
     assert main(["calibrate", str(DATA), "--kv-layout", "--json"]) == 0
     by_kind = json.loads(capsys.readouterr().out)["by_kind"]
-    assert {k: f["cases"] for k, f in by_kind.items()} == {"hybrid gated-delta": 3, "hybrid mamba2": 2, "multimodal": 2,
-                                                          "sliding window": 2}
+    assert {k: f["cases"] for k, f in by_kind.items()} == {
+        "hybrid gated-delta": 3, "hybrid mamba2": 2, "multimodal": 2, "sliding window": 2}
     assert all(abs(f["worst_error"]) < 0.005 for f in by_kind.values())
 
 

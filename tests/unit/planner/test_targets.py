@@ -52,8 +52,8 @@ def test_tpot_target_binds_max_num_seqs() -> None:
     assert got["targets"]["met"] and got["predicted"]["p99_tpot_ms"] <= 12
     assert got["predicted"]["p99_tpot_ms"] >= _floor_ms(plan) > 7.0  # the roofline floor, 7.2 ms by hand
     # the neighbour the reason names, pinned: predicted over the target; one step down: less throughput
-    over = _plan(LLAMA8B, 1, profile, engine_args={"max-num-seqs": up,
-                                                     "max-num-batched-tokens": plan["engine_args"]["max-num-batched-tokens"]})
+    pins = {"max-num-seqs": up, "max-num-batched-tokens": plan["engine_args"]["max-num-batched-tokens"]}
+    over = _plan(LLAMA8B, 1, profile, engine_args=pins)
     assert over["performance"]["predicted"]["p99_tpot_ms"] > 12 and not over["performance"]["targets"]["met"]
     down = targets.SEQS_LADDER[targets.SEQS_LADDER.index(seqs) - 1]
     under = _plan(LLAMA8B, 1, profile, engine_args={"max-num-seqs": down})
