@@ -6,8 +6,9 @@ seeded random bytes - and its manifest (sizes + sha256). Three container hosts (
 debootstrap image vllm-fleet/debian:bookworm, host network, Ansible's docker connection) stage it:
 
 - hosts stage in batches of 2 (each printing its progress while it downloads): the first transfer of the
-  weights is cut after 1 MiB, the first batch fails saying so and the third host is not started; the next run resumes the two with ``Range: bytes=1048576-`` (seen in the
-  server's log), downloads the third whole, and verifies every sha256;
+  weights is cut after 1 MiB, the first batch fails saying so and the third host is not started; the next run
+  resumes the two with ``Range: bytes=1048576-`` (seen in the server's log), downloads the third whole, and
+  verifies every sha256;
 - a second run is ``changed=0``; ``--check --diff`` of a new revision shows the files and bytes it would
   download and writes nothing;
 - a revision whose weights were corrupted on the mirror is refused (the symlink keeps the old revision);
