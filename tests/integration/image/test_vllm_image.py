@@ -43,7 +43,10 @@ def _logs(name: str) -> str:
 
 
 def _images(repository: str) -> set[str]:
-    return set(filter(None, docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository).splitlines()))
+    """The cpu variant's tags of ``repository``: make test builds the cuda image (its own tag) beside these tests, and
+    a tag that appears from that lane is not what these tests built (nor theirs to remove)."""
+    tags = docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository).splitlines()
+    return {tag for tag in tags if "-cpu-" in tag}
 
 
 def _get(url: str, data: dict | None = None, timeout: float = 30) -> tuple[int, str]:
