@@ -8,7 +8,10 @@ import os
 import re
 import socket
 import subprocess
-from collections.abc import Iterable
+import time
+import urllib.request
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +100,42 @@ def recap(out: str) -> dict[str, dict[str, int]]:
         if match:
             counts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
     return counts
+
+
+def record_figure(path: Path, label: str, name: str, value: Any) -> None:
+    """Add one measured figure to a lab's figures file (JSON) and print it with the lab's label."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[name] = value
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"\n[{label}] {name}: {json.dumps(value)}")
+
+
+@contextmanager
+def running_prometheus(binary: str, workdir: Path, port: int, ready_s: float = 60) -> Iterator[str]:
+    """A real Prometheus on 127.0.0.1:``port`` with ``workdir``/prometheus.yml, ready; yields its URL, stops it."""
+    log = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                               stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("Prometheus did not become ready:\n" + (workdir / "prometheus.log").read_text())
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from .._helpers import record_figure
 from .conftest import (
     API_KEY,
     EXTRA_ARGS,
@@ -48,11 +49,7 @@ FIGURES = ROOT / "artifacts" / "deploy" / "fleet-lab.json"
 
 
 def _figure(name: str, value: Any) -> None:
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
-    data[name] = value
-    FIGURES.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"\n[fleet-lab] {name}: {json.dumps(value)}")
+    record_figure(FIGURES, "fleet-lab", name, value)
 
 
 def _completion(port: int, key: str | None) -> int:

@@ -36,7 +36,6 @@ import json
 import os
 import shutil
 import ssl
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -48,7 +47,7 @@ import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 
-from .._helpers import free_port
+from .._helpers import free_port, record_figure, running_prometheus
 from .conftest import (
     API_KEY,
     HOSTS,
@@ -113,39 +112,12 @@ def prometheus(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
               "rule_files": [str(workdir / "vllm-fleet.rules.yml")], "scrape_configs": jobs}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port(range(18330, 18340))
-    log = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
-                                f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                               stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("Prometheus did not become ready:\n" + (workdir / "prometheus.log").read_text())
-            time.sleep(0.5)
+    with running_prometheus(binary, workdir, port) as url:
         yield Prometheus(url)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 def _figure(name: str, value: Any) -> None:
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
-    data[name] = value
-    FIGURES.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"\n[fleet-serving] {name}: {json.dumps(value)}")
+    record_figure(FIGURES, "fleet-serving", name, value)
 
 
 def _stream(prompt: str, max_tokens: int, session: str | None = None) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -34,7 +33,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.action import vllm_dashboards 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr  # noqa: E402
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import upstream_dashboards as ud  # noqa: E402
 
-from tests.integration._helpers import free_port  # noqa: E402
+from tests.integration._helpers import free_port, running_prometheus  # noqa: E402
 
 pytestmark = pytest.mark.integration
 PROM_PORTS = range(18490, 18500)  # MONITORING's range; 19090 is the molecule scenario's
@@ -91,38 +90,8 @@ def prometheus(vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port(PROM_PORTS)
-    log = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("Prometheus did not become ready:\n" + (workdir / "prometheus.log").read_text())
-            time.sleep(0.5)
+    with running_prometheus(binary, workdir, port) as url:
         yield Prometheus(url)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")
