@@ -31,7 +31,9 @@ Figures go to artifacts/deploy/fleet-serving.json and the test output (the READM
 from __future__ import annotations
 
 import collections
+import csv
 import http.client
+import io
 import json
 import os
 import shutil
@@ -228,12 +230,25 @@ def test_the_balancer_speaks_tls_only_and_its_certificate_is_verified(lab: Lab) 
     assert conn.sock is not None and conn.sock.version() in ("TLSv1.2", "TLSv1.3")
 
 
+def _wait_idle(timeout: float = 10) -> None:
+    """Until HAProxy holds no open session on any replica (scur 0 on its stats page)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{STATS_PORT}/stats;csv", timeout=5) as response:
+            rows = csv.DictReader(io.StringIO(response.read().decode().lstrip("# ")))
+            busy = {row["svname"]: row["scur"] for row in rows if row["svname"] in HOSTS and row["scur"] not in ("", "0")}
+        if not busy or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
 def _affinity_one_client(session: bool) -> dict[str, float]:
     """6 prefixes x 3 requests, one at a time: where each prefix / session lands when no load guard can act."""
     jobs = [(p, f"one-{p}-{i % 2}", i) for i in range(3) for p in range(6)]
     per_prefix: dict[int, set[str]] = collections.defaultdict(set)
     per_session: dict[str, set[str]] = collections.defaultdict(set)
     for p, sid, i in jobs:
+        _wait_idle()  # the previous stream closed on the balancer too: else the load guard may count it and move this
         server = _stream(SYSTEM_PROMPTS[p] + f"Alone {sid} {i}:", 4, sid if session else None)["server"]
         per_prefix[p].add(server)
         per_session[sid].add(server)
@@ -310,8 +325,10 @@ def _wait_status(name: str, up: bool, timeout: float) -> float:
 def test_an_engine_that_stops_is_taken_out_and_comes_back(lab: Lab, prometheus: Prometheus) -> None:
     """SIGSTOP on the EngineCore process: the API still answers /health (200), no token comes; the generating check
     (interval 1 s, timeout 3 s, fall 3) takes it out; SIGCONT brings it back (rise 2)."""
-    # The generating check on (the way a user turns it on: the balancer's inventory, site.yml; a reload under load).
-    switch = _switch_under_load(lab, vllm_lb_policy="cache_aware", **POLICY_VARS)
+    # The generating check on (the way a user turns it on: the balancer's inventory, site.yml; a reload under load),
+    # and least_conn again: test_a_killed_replica... needs a policy that sends the fixed-prompt load to a replica
+    # that rejoins (cache_aware hashes that one prompt to one replica, which may not be the victim).
+    switch = _switch_under_load(lab, vllm_lb_policy="least_conn", **POLICY_VARS)
     assert "http-check send meth POST uri /v1/completions" in (lab.workdir / "lb" / "haproxy.cfg").read_text()
     _wait_all_up()
     _api, pid = _vllm_pids(VICTIM)
