@@ -11,6 +11,8 @@ The commands (run with ``LC_ALL=C``)::
     nvidia-smi                                                               -> parse_cuda_version()
     nvidia-smi topo -m            (only with 2 or more GPUs)                 -> parse_topology()
     nvidia-smi -L                 (only when a GPU has MIG enabled)          -> parse_mig_devices()
+    nvidia-smi -q -d PCIE         (optional: the PCIe link of each GPU)      -> parse_pcie_links()
+    dmesg                         (optional: the kernel's NVRM Xid lines)    -> parse_xid_log()
     /proc/meminfo, nproc, lscpu, /sys/devices/system/node/online            -> build_host_facts()
 
 :func:`build_facts` puts them together; :func:`validate_facts` checks a recorded facts document
@@ -29,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "LIST_ARGS",
+    "PCIE_ARGS",
     "QUERY_FIELDS",
     "QUERY_GPU_ARGS",
     "TOPO_ARGS",
@@ -47,8 +50,10 @@ __all__ = [
     "parse_meminfo",
     "parse_mig_devices",
     "parse_nproc",
+    "parse_pcie_links",
     "parse_query_gpu",
     "parse_topology",
+    "parse_xid_log",
     "strip_ansi",
     "validate_facts",
 ]
@@ -77,6 +82,8 @@ QUERY_GPU_ARGS = ("--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheade
 TOPO_ARGS = ("topo", "-m")
 #: Arguments for the device list (shows MIG devices).
 LIST_ARGS = ("-L",)
+#: Arguments for the PCIe section of ``nvidia-smi -q`` (link generation and width, replays), per GPU.
+PCIE_ARGS = ("-q", "-d", "PCIE")
 
 # Values nvidia-smi prints for "no value" (with and without the brackets of the CSV format).
 _NOT_AVAILABLE = frozenset(
@@ -97,6 +104,11 @@ _MIG_UUID_RE = re.compile(r"^MIG-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{
 _BUS_ID_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _CC_RE = re.compile(r"^\d+\.\d+$")
 _VERSION_RE = re.compile(r"^\d+(\.\d+){1,3}$")
+_Q_GPU_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_Q_LINE_RE = re.compile(r"^(\s*)([^:]+?)\s*(?::\s*(.*))?$")
+# The kernel's line for an Xid event: "NVRM: Xid (PCI:0000:cb:00): 13, pid=..., ..." (domain:bus:device, no
+# function). Real lines: leptonai/gpud pull request 46 (dmesg), NVIDIA/open-gpu-kernel-modules issue 1150 (journal).
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\): (\d+)")
 _TOPO_CELL_RE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _NUMBER_UNITS = (" MiB", " MHz", " W", " %")
 
@@ -495,6 +507,83 @@ _LIST_MIG_RE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-f
 _MIG_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb")
 
 
+def _link_number(raw: str | None) -> int | None:
+    """``5`` / ``16x`` -> 5 / 16; ``N/A`` and anything else -> None."""
+    if raw is None:
+        return None
+    value = raw.strip().lower().rstrip("x")
+    return int(value) if value.isdigit() else None
+
+
+def parse_pcie_links(text: str) -> dict[str, dict[str, int | None]]:
+    """Parse ``nvidia-smi -q -d PCIE`` (or the whole ``-q`` text): each GPU's PCIe link, by PCI bus id.
+
+    Per GPU (the ``GPU 00000000:BB:DD.F`` block's "GPU Link Info"): ``pcie_link_gen_max`` (the most both the GPU
+    and the slot allow), ``pcie_link_gen_current`` (lower while the GPU idles: nvidia-smi's field help says the
+    generation "may be reduced when the GPU is not in use"), ``pcie_link_width_max``, ``pcie_link_width_current``
+    (a width below the maximum is a slot, riser or cable fault, idle or not) and ``pcie_replays`` (link-level
+    retransmissions since reset). Values nvidia-smi prints as ``N/A`` are ``None``.
+
+    :returns: ``{"00000000:00:06.0": {...}}`` (bus ids upper-cased as :func:`parse_query_gpu` gives them);
+        ``{}`` for text with no GPU block (an older nvidia-smi that does not know ``-d PCIE``).
+    """
+    links: dict[str, dict[str, int | None]] = {}
+    current: dict[str, int | None] | None = None
+    section: list[tuple[int, str]] = []  # (indent, name) of the headings above the line
+    for raw_line in strip_ansi(text).splitlines():
+        if not raw_line.strip():
+            continue
+        gpu = _Q_GPU_RE.match(raw_line.strip()) if not raw_line[:1].isspace() else None
+        if gpu:
+            current = links.setdefault(gpu.group(1).upper(), {
+                "pcie_link_gen_max": None, "pcie_link_gen_current": None, "pcie_link_width_max": None,
+                "pcie_link_width_current": None, "pcie_replays": None})
+            section = []
+            continue
+        found = _Q_LINE_RE.match(raw_line.rstrip())
+        if current is None or not found:
+            continue
+        indent, name, value = len(found.group(1)), found.group(2).strip(), found.group(3)
+        while section and section[-1][0] >= indent:
+            section.pop()
+        if value is None:
+            section.append((indent, name))
+            continue
+        parent = section[-1][1] if section else ""
+        if parent == "PCIe Generation" and name in ("Max", "Current"):
+            current["pcie_link_gen_" + name.lower()] = _link_number(value)
+        elif parent == "Link Width" and name in ("Max", "Current"):
+            current["pcie_link_width_" + name.lower()] = _link_number(value)
+        elif name == "Replays Since Reset":
+            current["pcie_replays"] = _link_number(value)
+    return links
+
+
+def _pci_key(domain: str, bus: str, device: str) -> tuple[int, int, int]:
+    return int(domain, 16), int(bus, 16), int(device, 16)
+
+
+def parse_xid_log(text: str, bus_ids: list[str]) -> dict[str, list[int]]:
+    """The Xid codes the kernel logged for each GPU (``NVRM: Xid (PCI:0000:cb:00): 13, ...`` lines of ``dmesg``
+    or ``journalctl -k``), by the GPUs' bus ids as :func:`parse_query_gpu` gives them (``00000000:CB:00.0``).
+
+    :returns: every GPU of ``bus_ids`` with the codes of its lines in order (``[]``: none since boot); a line
+        for a device that is not in ``bus_ids`` (a GPU gone from the bus, or another driver's) is left out.
+    """
+    wanted: dict[tuple[int, int, int], str] = {}
+    for bus_id in bus_ids:
+        domain, bus, rest = bus_id.split(":")
+        wanted[_pci_key(domain, bus, rest.split(".")[0])] = bus_id
+    found: dict[str, list[int]] = {bus_id: [] for bus_id in bus_ids}
+    for line in text.splitlines():
+        match = _XID_RE.search(line)
+        if match:
+            owner = wanted.get(_pci_key(match.group(1), match.group(2), match.group(3)))
+            if owner is not None:
+                found[owner].append(int(match.group(4)))
+    return found
+
+
 def parse_mig_devices(text: str) -> list[dict[str, Any]]:
     """Parse ``nvidia-smi -L`` into the MIG devices (``[]`` when MIG is off).
 
@@ -657,6 +746,8 @@ def build_facts(
     nvidia_smi: str | None = None,
     topo: str | None = None,
     mig_list: str | None = None,
+    pcie: str | None = None,
+    kernel_log: str | None = None,
 ) -> dict[str, Any]:
     """Build ``ansible_facts['gpu']`` (CONTRACT 1 in docs/architecture.md).
 
@@ -665,13 +756,28 @@ def build_facts(
     :param nvidia_smi: output of plain ``nvidia-smi`` (or ``-q``) for the CUDA version.
     :param topo: output of ``nvidia-smi topo -m``; needed when there are 2 GPUs or more.
     :param mig_list: output of ``nvidia-smi -L``; read when a GPU has MIG enabled.
+    :param pcie: output of ``nvidia-smi -q -d PCIE`` (:func:`parse_pcie_links`); ``None`` when it was not run
+        or failed: the link keys are then ``None``.
+    :param kernel_log: the kernel's ring buffer (``dmesg``); ``None`` when it could not be read: ``xid_errors``
+        and ``xid_codes`` are then ``None`` (unknown), not 0.
     :raises GpuFactsError: on malformed output, or topology that does not match the GPU list.
 
     Keys beyond the contract: ``mig_devices`` (top level) and, per GPU, ``driver_version``,
-    ``sm_clock_max_mhz``, ``memory_clock_max_mhz``. ``gpu_name`` is ``None`` on a host whose
+    ``sm_clock_max_mhz``, ``memory_clock_max_mhz``, the PCIe link (``pcie_link_gen_max``,
+    ``pcie_link_gen_current``, ``pcie_link_width_max``, ``pcie_link_width_current``, ``pcie_replays``) and
+    ``xid_errors`` / ``xid_codes`` (the kernel's Xid lines for the GPU since boot). ``gpu_name`` is ``None`` on a host whose
     GPUs differ (read each entry of ``gpus`` then).
     """
     gpus = parse_query_gpu(query_gpu)
+    links = parse_pcie_links(pcie) if pcie else {}
+    xids = parse_xid_log(kernel_log, [gpu["pci_bus_id"] for gpu in gpus]) if kernel_log is not None else None
+    for gpu in gpus:
+        gpu.update(links.get(gpu["pci_bus_id"]) or dict.fromkeys(
+            ("pcie_link_gen_max", "pcie_link_gen_current", "pcie_link_width_max", "pcie_link_width_current",
+             "pcie_replays")))
+        codes = None if xids is None else xids[gpu["pci_bus_id"]]
+        gpu["xid_errors"] = None if codes is None else len(codes)
+        gpu["xid_codes"] = None if codes is None else sorted(set(codes))
     drivers = sorted({gpu["driver_version"] for gpu in gpus if gpu["driver_version"]})
     if len(drivers) > 1:
         raise GpuFactsError(f"nvidia-smi reports several driver versions {drivers} on one host")
@@ -724,6 +830,16 @@ _GPU_KEYS: dict[str, tuple[type, ...]] = {
     "mig_mode": (str, type(None)),
     "ecc_mode": (str, type(None)),
 }
+# Per-GPU keys added after facts were first recorded: filled with None (unknown) in an older recording.
+_GPU_OPTIONAL_KEYS: dict[str, tuple[type, ...]] = {
+    "pcie_link_gen_max": (int, type(None)),
+    "pcie_link_gen_current": (int, type(None)),
+    "pcie_link_width_max": (int, type(None)),
+    "pcie_link_width_current": (int, type(None)),
+    "pcie_replays": (int, type(None)),
+    "xid_errors": (int, type(None)),
+    "xid_codes": (list, type(None)),
+}
 _TOP_KEYS: dict[str, tuple[type, ...]] = {
     "gpus": (list,),
     "gpu_count": (int,),
@@ -766,7 +882,7 @@ def validate_facts(facts: Any, where: str = "GPU facts") -> dict[str, Any]:
 
     Accepts the facts themselves or ``{"gpu": {...}}`` / ``{"ansible_facts": {"gpu": {...}}}``
     (what the module returns), so a saved module result can be used as is. Missing optional keys
-    (``mig_devices``) are filled in.
+    (``mig_devices``; per GPU the PCIe link and Xid keys, ``None``: unknown) are filled in.
 
     :raises GpuFactsError: naming the first key that is missing or has the wrong type, or a
         count / domain that does not match the GPU list.
@@ -783,6 +899,9 @@ def validate_facts(facts: Any, where: str = "GPU facts") -> dict[str, Any]:
         if not isinstance(gpu, dict):
             raise GpuFactsError(f"{where}: gpus[{position}] is not an object")
         _check_keys(gpu, _GPU_KEYS, f"{where} gpus[{position}]")
+        for key in _GPU_OPTIONAL_KEYS:
+            gpu.setdefault(key, None)
+        _check_keys(gpu, _GPU_OPTIONAL_KEYS, f"{where} gpus[{position}]")
         if not _CC_RE.match(gpu["compute_capability"]):
             raise GpuFactsError(
                 f"{where} gpus[{position}]: compute_capability {gpu['compute_capability']!r} is not MAJOR.MINOR"

@@ -11,7 +11,9 @@ short_description: Discover a host's NVIDIA GPUs, their links, the host's CPU, m
 version_added: "0.1.0"
 description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), plain C(nvidia-smi) (for the CUDA
-    version), C(nvidia-smi topo -m) (with 2 GPUs or more) and C(nvidia-smi -L) (when MIG is enabled), reads
+    version), C(nvidia-smi topo -m) (with 2 GPUs or more), C(nvidia-smi -L) (when MIG is enabled) and
+    C(nvidia-smi -q -d PCIE) (each GPU's PCIe link generation, width and replays), reads the kernel's Xid lines
+    for each GPU from C(dmesg) (unknown, not 0, where the kernel log cannot be read), reads
     C(/proc/meminfo), C(/sys/devices/system/node/online), C(nproc) and C(lscpu), and returns
     C(ansible_facts.gpu) in the shape of CONTRACT 1 (docs/architecture.md), the planner's input.
   - Also returns C(ansible_facts.network) - the interfaces and their addresses (C(ip -j addr show), or
@@ -95,7 +97,11 @@ ansible_facts:
           description:
             - One entry per GPU - index, uuid, name, pci_bus_id, memory_total_mib, memory_used_mib,
               memory_free_mib, compute_capability, persistence_mode, power_limit_w, mig_mode, ecc_mode,
-              driver_version, sm_clock_max_mhz, memory_clock_max_mhz. Values nvidia-smi reports as N/A are null.
+              driver_version, sm_clock_max_mhz, memory_clock_max_mhz, pcie_link_gen_max, pcie_link_gen_current
+              (lower while the GPU idles), pcie_link_width_max, pcie_link_width_current (below the maximum - a
+              slot, riser or cable fault), pcie_replays, xid_errors (the kernel's Xid lines for the GPU since
+              boot; null where the kernel log cannot be read) and xid_codes. Values nvidia-smi reports as N/A
+              are null.
           type: list
           elements: dict
           sample:
@@ -114,6 +120,13 @@ ansible_facts:
               driver_version: "580.159.04"
               sm_clock_max_mhz: 1980
               memory_clock_max_mhz: 3201
+              pcie_link_gen_max: 5
+              pcie_link_gen_current: 5
+              pcie_link_width_max: 16
+              pcie_link_width_current: 16
+              pcie_replays: 1
+              xid_errors: 0
+              xid_codes: []
         gpu_count:
           description: Number of GPUs (0 on the CPU lane).
           type: int
@@ -215,6 +228,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.network_facts imp
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
     LIST_ARGS,
+    PCIE_ARGS,
     QUERY_GPU_ARGS,
     TOPO_ARGS,
     GpuFactsError,
@@ -279,6 +293,17 @@ class GpuFacts:
         except GpuFactsError as exc:
             self.fail(str(exc), rc=rc, stdout=out, stderr=err, cmd=" ".join(argv))
         return out
+
+    def optional(self, argv, key):
+        """Run a command whose output only adds detail (the PCIe link, the kernel log): None when it fails."""
+        rc, out, _err = self.module.run_command(list(argv), environ_update=_ENV)
+        self.raw[key] = out
+        return out if rc == 0 else None
+
+    def kernel_log(self):
+        """The kernel ring buffer (dmesg; root or CAP_SYSLOG where kernel.dmesg_restrict is 1), or None."""
+        dmesg = self.module.get_bin_path("dmesg")
+        return self.optional([dmesg], "dmesg") if dmesg else None
 
     def fail(self, msg, **extra):
         result = dict(changed=False, msg=msg, **extra)
@@ -368,7 +393,9 @@ class GpuFacts:
             topo = self.run([smi, *TOPO_ARGS], "topo") if len(gpus) >= 2 else None
             mig = any(gpu["mig_mode"] == "Enabled" for gpu in gpus)
             mig_list = self.run([smi, *LIST_ARGS], "list") if mig else None
-            facts = build_facts(query, host, nvidia_smi=plain, topo=topo, mig_list=mig_list)
+            pcie = self.optional([smi, *PCIE_ARGS], "pcie")
+            facts = build_facts(query, host, nvidia_smi=plain, topo=topo, mig_list=mig_list, pcie=pcie,
+                                kernel_log=self.kernel_log())
         except GpuFactsError as exc:
             self.fail(str(exc), cmd=smi)
         return facts, "nvidia-smi"

@@ -26,3 +26,8 @@ def load_json(name: str, filename: str) -> Any:
     text = read(name, filename)
     assert text is not None, f"{name}/{filename} is missing"
     return json.loads(text)
+
+
+# Per-GPU keys added after the h200_device capture (2026-11-30): the PCIe link and the kernel's Xid lines.
+NEW_GPU_KEYS = ("pcie_link_gen_max", "pcie_link_gen_current", "pcie_link_width_max", "pcie_link_width_current",
+                "pcie_replays", "xid_errors", "xid_codes")

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import QUERY_GPU_ARGS
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import PCIE_ARGS, QUERY_GPU_ARGS
 from ansible_collections.vllm_fleet.fleet.plugins.modules import gpu_facts as module
 
-from ._gpu_fixtures import FIXTURES, fixture_names, load_json, read
+from ._gpu_fixtures import FIXTURES, NEW_GPU_KEYS, fixture_names, load_json, read
 
 SMI = "/usr/bin/nvidia-smi"
+DMESG = "/usr/bin/dmesg"
 
 
 class Host:
@@ -31,7 +32,7 @@ class Host:
     def get_bin_path(self, arg: str) -> str | None:
         if arg == "nvidia-smi":
             return SMI if self.nvidia_smi else None
-        if arg in ("nproc", "lscpu") and read(self.name, arg + ".txt") is not None:
+        if arg in ("nproc", "lscpu", "dmesg") and read(self.name, arg + ".txt") is not None:
             return "/usr/bin/" + arg
         return None
 
@@ -42,7 +43,12 @@ class Host:
             return 0, read(self.name, "nproc.txt") or "", ""
         if args == ["/usr/bin/lscpu"]:
             return 0, read(self.name, "lscpu.txt") or "", ""
+        if args == [DMESG]:
+            return 0, read(self.name, "dmesg.txt") or "", ""
         assert args[0] == SMI
+        if tuple(args[1:]) == PCIE_ARGS:  # recorded as the whole -q text; a folder without it: a failed call
+            text = read(self.name, "nvidia-smi-q.txt")
+            return (0, text, "") if text is not None else (2, "Invalid combination of input arguments.", "")
         key, filename = {
             (): ("nvidia-smi", "nvidia-smi.txt"),
             QUERY_GPU_ARGS: ("query-gpu", "query-gpu.csv"),
@@ -101,9 +107,9 @@ def test_check_mode_gives_the_same_facts(host: Host, capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(
     ("host", "expected"),
     [
-        ("l4_x1", [[*QUERY_GPU_ARGS], []]),
-        ("h200x2", [[*QUERY_GPU_ARGS], [], ["topo", "-m"]]),
-        ("a100_80gb_mig", [[*QUERY_GPU_ARGS], [], ["-L"]]),
+        ("l4_x1", [[*QUERY_GPU_ARGS], [], [*PCIE_ARGS]]),
+        ("h200x2", [[*QUERY_GPU_ARGS], [], ["topo", "-m"], [*PCIE_ARGS]]),
+        ("a100_80gb_mig", [[*QUERY_GPU_ARGS], [], ["-L"], [*PCIE_ARGS]]),
         ("cpu_only", []),
     ],
     indirect=["host"],
@@ -192,8 +198,12 @@ def test_facts_file_is_returned_without_probing(
 
 @pytest.mark.parametrize("host", [("cpu_only", False)], indirect=True)
 def test_facts_file_may_be_a_saved_module_result(host: Host, capsys: pytest.CaptureFixture[str]) -> None:
+    """The capture was made before the PCIe link and Xid keys existed: they come back as None (unknown)."""
     result = run(capsys, facts_file=str(FIXTURES / "h200_device" / "module_result.json"))
-    assert result["ansible_facts"]["gpu"] == load_json("h200_device", "expected_facts.json")
+    expected = load_json("h200_device", "expected_facts.json")
+    for gpu in expected["gpus"]:
+        gpu.update(dict.fromkeys(NEW_GPU_KEYS))
+    assert result["ansible_facts"]["gpu"] == expected
 
 
 @pytest.mark.parametrize("host", [("cpu_only", False)], indirect=True)

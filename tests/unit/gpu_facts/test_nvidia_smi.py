@@ -10,7 +10,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ._gpu_fixtures import fixture_names, load_json, read
+from ._gpu_fixtures import NEW_GPU_KEYS, fixture_names, load_json, read
 
 FACTS_FIXTURES = fixture_names("facts")
 ERROR_FIXTURES = fixture_names("error")
@@ -34,7 +34,8 @@ def facts_from_fixture(name: str) -> dict[str, Any]:
     assert query is not None
     n.check_nvidia_smi_result(meta["rc"].get("query-gpu", 0), query, "")
     return n.build_facts(
-        query, host, read(name, "nvidia-smi.txt"), read(name, "topo.txt"), read(name, "list.txt")
+        query, host, read(name, "nvidia-smi.txt"), read(name, "topo.txt"), read(name, "list.txt"),
+        pcie=read(name, "nvidia-smi-q.txt"), kernel_log=read(name, "dmesg.txt"),
     )
 
 
@@ -118,6 +119,10 @@ def test_device_capture_matches_the_module_run_there() -> None:
     check = load_json("h200_device", "module_result_check.json")
     assert normal["changed"] is False and check["changed"] is False
     assert normal["source"] == check["source"] == "nvidia-smi"
+    # The module there predates the PCIe link and Xid keys (it ran no -q -d PCIE and read no kernel log).
+    for gpu in facts["gpus"]:
+        for key in NEW_GPU_KEYS:
+            del gpu[key]
     assert normal["ansible_facts"]["gpu"] == facts
     assert check["ansible_facts"]["gpu"]["gpus"] == facts["gpus"]
     assert normal["raw"]["query_gpu"] == read("h200_device", "query-gpu.csv")
@@ -519,3 +524,40 @@ def test_validate_rejects_bad_facts(facts: Any, message: str) -> None:
         n.validate_facts(facts, "facts.json")
     assert message in str(err.value)
     assert str(err.value).startswith("facts.json")
+
+
+def test_pcie_link_from_the_real_h200_capture_and_a_link_trained_narrow() -> None:
+    """nvidia-smi -q's "GPU Link Info" (real: h200_device, driver 580.159.04): Max/Current generation, width and
+    replays per bus id. The same text with GPU 1's current width 8x (a riser or slot fault) reads 8."""
+    text = read("h200_device", "nvidia-smi-q.txt")
+    assert text is not None
+    assert n.parse_pcie_links(text) == {
+        "00000000:00:06.0": {"pcie_link_gen_max": 5, "pcie_link_gen_current": 5, "pcie_link_width_max": 16,
+                             "pcie_link_width_current": 16, "pcie_replays": 1},
+        "00000000:00:07.0": {"pcie_link_gen_max": 5, "pcie_link_gen_current": 5, "pcie_link_width_max": 16,
+                             "pcie_link_width_current": 16, "pcie_replays": 4}}  # fmt: skip
+    second = text.index("GPU 00000000:00:07.0")
+    width = text.index("Link Width", second)
+    cut = text.index("Current", width)
+    narrow = text[:cut] + text[cut:].replace("16x", "8x", 1)
+    assert n.parse_pcie_links(narrow)["00000000:00:07.0"]["pcie_link_width_current"] == 8
+    assert n.parse_pcie_links(narrow)["00000000:00:06.0"]["pcie_link_width_current"] == 16
+    assert n.parse_pcie_links("Invalid combination of input arguments.") == {}
+
+
+def test_xid_lines_are_counted_per_gpu_and_an_unreadable_kernel_log_is_unknown() -> None:
+    """Real kernel lines (tests/fixtures/gpu/h100x8_nvswitch/dmesg.txt: leptonai/gpud pull request 46, NVIDIA/
+    open-gpu-kernel-modules issue 1150): "PCI:0000:ba:00" is the GPU at 00000000:BA:00.0; other devices' lines
+    are left out. No Xid line: 0. A kernel log that could not be read: None (unknown), never 0."""
+    log = read("h100x8_nvswitch", "dmesg.txt")
+    assert log is not None
+    found = n.parse_xid_log(log, ["00000000:BA:00.0", "00000000:18:00.0"])
+    assert found == {"00000000:BA:00.0": [45, 45], "00000000:18:00.0": []}
+    query = read("l4_x1", "query-gpu.csv")
+    host = n.build_host_facts(read("l4_x1", "meminfo.txt") or "", "8", None, None, "x86_64")
+    assert query is not None
+    (clean,) = n.build_facts(query, host, kernel_log="")["gpus"]
+    (unknown,) = n.build_facts(query, host)["gpus"]
+    assert (clean["xid_errors"], clean["xid_codes"]) == (0, [])
+    assert (unknown["xid_errors"], unknown["xid_codes"]) == (None, None)
+    assert unknown["pcie_link_width_current"] is None

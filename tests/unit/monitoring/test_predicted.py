@@ -103,6 +103,29 @@ def test_a_slow_host_among_identical_ones_is_flagged_with_what_differs() -> None
     assert 16 in [x["concurrency"] for x in pv.outliers(noisy)["outliers"][0]["levels"]]
 
 
+def test_a_narrow_pcie_link_and_xid_errors_are_named_and_an_idle_link_generation_is_not() -> None:
+    """gpu_facts' PCIe link (nvidia-smi -q -d PCIE) and Xid count (the kernel log) reach the outlier's reason; the
+    current generation, lowered while a GPU idles, and replay counters, which differ between healthy GPUs, do not."""
+    link = {"pcie_link_gen_max": 5, "pcie_link_width_max": 16, "pcie_link_width_current": 16, "xid_errors": 0,
+            "xid_codes": []}  # fmt: skip
+    hosts = [_host("a", 1000.0), _host("b", 990.0), _host("c", 560.0), _host("d", 1010.0)]
+    for h in hosts:
+        for i, gpu in enumerate(h["gpus"]):
+            gpu.update(link, pcie_link_gen_current=1 if h["host"] == "b" else 5, pcie_replays=i * 3)
+    hosts[2]["gpus"][1].update(pcie_link_width_current=8, xid_errors=2, xid_codes=[45])
+    (c,) = pv.outliers(hosts)["outliers"]
+    assert c["differs"] == ["pcie_link_width_current 8 (twins: 16)", "xid_errors 2 (twins: 0)"]
+    hosts[2]["gpus"][1].update(link)  # same link, no Xid: nothing differs, and it says what was compared
+    (c,) = pv.outliers(hosts)["outliers"]
+    assert c["differs"] == ["no compared fact differs (clocks, power, ECC, driver, PCIe link, Xid errors equal)"]
+    for gpu in hosts[2]["gpus"]:  # facts recorded before the link and Xid keys: said so
+        for key in (*link, "pcie_link_gen_current", "pcie_replays"):
+            gpu.pop(key)
+    (c,) = pv.outliers(hosts)["outliers"]
+    assert c["differs"] == ["no compared fact differs (clocks, power, ECC, driver equal; not in the facts: PCIe "
+                            "link, Xid errors)"]
+
+
 def test_cpu_twins_are_compared_measured_only() -> None:
     hosts = [_host("cpu-a", 800.0, sku="cpu_lane", gpus=0), _host("cpu-b", 400.0, sku="cpu_lane", gpus=0)]
     (slow,) = pv.outliers(hosts)["outliers"]
