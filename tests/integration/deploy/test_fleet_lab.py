@@ -159,12 +159,13 @@ def test_the_pinned_settings_reach_vllm(lab: Lab) -> None:
     for host in HOSTS:
         (replica,) = lab.records()[host]["launch"]["replicas"]
         assert inspect(replica["container"])["Config"]["Cmd"][-3:] == EXTRA_ARGS
-        assert lab.engine_config(replica["container"])["no-enable-prefix-caching"] is True
+        assert lab.engine_config(replica["container"])["no-use-tqdm-on-load"] is True
+        assert lab.engine_config(replica["container"])["enable-prefix-caching"] is True
         log = subprocess.run(["docker", "logs", replica["container"]], capture_output=True, text=True, check=True)
         lines = [line for line in (log.stdout + log.stderr).splitlines() if "non-default args:" in line]
         assert lines, (log.stdout + log.stderr)[-3000:]
         for needle in ("'enable_auto_tool_choice': True", "'tool_call_parser': 'hermes'",
-                       "'enable_prefix_caching': False"):
+                       "'use_tqdm_on_load': False", "'enable_prefix_caching': True"):
             assert needle in lines[-1], lines[-1]
 
 

