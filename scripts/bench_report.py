@@ -166,10 +166,10 @@ def _prediction(args: argparse.Namespace, plan: Any, summary: dict[str, dict[str
     """The performance model's figures per level for this run's workload, or why there are none."""
     if not isinstance(plan, dict) or not plan:
         return {}, "no prediction: no plan given (--plan-json)"
-    if plan.get("gpu") and (not args.input_len or not args.output_len):
+    if not args.input_len or not args.output_len:
         return {}, "no prediction: --input-len and --output-len not given"
     config = None
-    if plan.get("gpu") and args.model_config:
+    if args.model_config:
         from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
             ModelFilesError,
             load_model,
@@ -180,14 +180,16 @@ def _prediction(args: argparse.Namespace, plan: Any, summary: dict[str, dict[str
         except (ModelFilesError, OSError, ValueError) as exc:
             return {}, f"no prediction: {exc}"
     return pv.predict_levels(config, plan, args.input_len, args.output_len, [int(x) for x in summary],
-                             args.prompts_per_level)
+                             args.prompts_per_level, summary)
 
 
 def _ratio_markdown(ratio: dict[str, dict[str, float]], why: str) -> str:
     """The summary's "measured / predicted" section."""
     lines = ["", "## Measured / predicted", ""]
     if why:
-        return "\n".join([*lines, why, ""])
+        lines += [why, ""]
+    if not ratio:
+        return "\n".join(lines)
     lines += ["| concurrency | output tok/s | P50 TTFT | P99 TTFT | P50 E2E |", "|---:|---:|---:|---:|---:|"]
     for level, cells in sorted(ratio.items(), key=lambda kv: int(kv[0])):
         lines.append(f"| {level} | " + " | ".join(f"{cells[m]:.2f}" if m in cells else "-" for m in (

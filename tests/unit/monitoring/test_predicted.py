@@ -11,11 +11,19 @@ from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import predicted as pv
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import parse_model_config
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import (
     load_model,
     plan_for_model,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import Workload, predict_for_plan
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf import (
+    CpuLaneCalibration,
+    PerfError,
+    Workload,
+    cpu_lane_step_model,
+    predict_for_plan,
+    step_time,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 REPORT = ROOT / "scripts" / "bench_report.py"
@@ -60,17 +68,40 @@ def test_gpu_run_is_stored_beside_its_prediction(tmp_path: Path) -> None:
     assert "## Measured / predicted" in (Path(out["run_dir"]) / "summary.md").read_text()
 
 
-def test_cpu_lane_run_is_measured_only(tmp_path: Path) -> None:
+def test_cpu_lane_run_is_predicted_from_its_own_lowest_level(tmp_path: Path) -> None:
+    """No datasheet describes a vllm-cpu step: the lowest level calibrates it (ratio ~1 there by construction) and
+    the scheduler simulation predicts the others; without a level to calibrate on, the run is measured only."""
     plan = plan_for_model({"gpus": []}, str(LLAMA8B))
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    rc, out = _run(REPORT, "--results", str(_results(tmp_path / "r", {1: 300.0})), "--library", str(tmp_path / "lib"),
-                   "--host", "cpu-01", "--model", "tiny", "--image", "img", "--no-plots", "--plan-json",
-                   str(tmp_path / "plan.json"), "--model-config", str(LLAMA8B), "--input-len", "32",
+    rc, out = _run(REPORT, "--results", str(_results(tmp_path / "r", {1: 300.0, 16: 1700.0}, ttft=100.0)), "--library",
+                   str(tmp_path / "lib"), "--host", "cpu-01", "--model", "tiny", "--image", "img", "--no-plots",
+                   "--plan-json", str(tmp_path / "plan.json"), "--model-config", str(LLAMA8B), "--input-len", "32",
                    "--output-len", "16")  # fmt: skip
     assert rc == 0, out
-    assert out["predicted"] == {} and out["ratio"] == {}
-    assert out["prediction_note"] == pv.CPU_LANE_WHY and out["prediction_note"].startswith("measured only")
-    assert pv.CPU_LANE_WHY in (Path(out["run_dir"]) / "summary.md").read_text()
+    assert out["prediction_note"].startswith("CPU lane") and "c=1 calibrates" in out["prediction_note"]
+    # c=1: median TTFT 100 ms, E2EL 900 ms (the synthetic results) -> TPOT 53.3 ms: predicted back within 2 %
+    assert out["ratio"]["1"]["p50_ttft_ms"] == pytest.approx(1.0, abs=0.02)
+    assert out["ratio"]["1"]["p50_e2el_ms"] == pytest.approx(1.0, abs=0.02)
+    assert set(out["ratio"]) == {"1", "16"} and out["predicted"]["16"]["output_throughput"] > 0
+    md = (Path(out["run_dir"]) / "summary.md").read_text()
+    assert "## Measured / predicted" in md and out["prediction_note"] in md and "| 16 |" in md
+    # nothing with both TTFT and E2EL to calibrate on: measured only, and it says why
+    got, why = pv.predict_levels(load_model(str(LLAMA8B))[0], plan, 32, 16, [1], summary={"1": {"output_throughput": 9.0}})
+    assert got == {} and why == pv.CPU_LANE_WHY
+
+
+def test_cpu_lane_calibration_hand_checked() -> None:
+    """TTFT 12 ms and E2EL 57 ms for 32 prompt and 16 output tokens: TPOT (57 - 12) / 15 = 3 ms is one decode step
+    (fixed cost + 1 token); the prompt's other 31 tokens took 12 - 3 = 9 ms, 0.2903 ms each; the fixed cost
+    3 - 0.2903 = 2.7097 ms. A step of 16 decodes then costs 2.7097 + 16 x 0.2903 = 7.355 ms."""
+    cal = CpuLaneCalibration.from_level(1, 12.0, 57.0, 32, 16)
+    assert cal.per_token_s == pytest.approx(9e-3 / 31)
+    assert cal.step_s == pytest.approx(3e-3 - 9e-3 / 31)
+    spec = parse_model_config(load_model(str(LLAMA8B))[0])
+    m = cpu_lane_step_model(spec, cal)
+    assert step_time(m, 16, 0.0) == pytest.approx(cal.step_s + 16 * cal.per_token_s)
+    with pytest.raises(PerfError, match="TTFT < E2EL"):
+        CpuLaneCalibration.from_level(1, 60.0, 57.0, 32, 16)
 
 
 def _host(name: str, tput: float, clock: int = 1980, sku: str = "gpu_h100", plan: str = "p1",
