@@ -133,6 +133,20 @@ def test_parallel_hybrids_are_refused_not_planned_as_attention(model_type: str, 
         plan(facts("h200x2"), cfg)
 
 
+def test_a_pure_mamba_model_is_one_group_of_unpadded_state_pages() -> None:
+    """model_type mamba2 without a per-layer field: every layer a state layer (vLLM MambaModelConfig, 0.33
+    models/config.py:750-787), one group holding 2 + 1 blocks per request in align mode (kv_cache_interface.py:1135-1141)
+    and no attention page to pad to (a Nemotron-H config relabelled: no public pure-Mamba log prints both lines)."""
+    cfg = config("nemotron-3-nano-30b-a3b-bf16")
+    cfg.pop("hybrid_override_pattern")
+    cfg["model_type"] = "mamba2"
+    groups = plan(facts("h200x2"), cfg, vllm_version="0.33.0")["reasons"]["kv-cache-groups"]
+    assert groups.startswith("mamba 1 group x 3 blocks per request; all layers per group")
+    assert "padded to the attention page" not in groups
+    hybrid = plan(facts("h200x2"), config("nemotron-3-nano-30b-a3b-bf16"), vllm_version="0.33.0")
+    assert "padded to the attention page" in hybrid["reasons"]["kv-cache-groups"]
+
+
 def test_the_cli_plans_nemotron_3_nano_on_one_h100(capsys) -> None:
     """The path a user runs: `vllm-fleet plan --model DIR --gpu ...` (issue 26: it was sized as ~100 B and refused)."""
     from vllm_fleet.cli import main
