@@ -48,6 +48,15 @@ _STATE_KIND_BY_TYPE = {
 }
 _PURE_SSM_TYPES = ("mamba", "falcon_mamba", "mamba2")
 
+#: Families whose decoder layer holds an attention KV page and a Mamba2 state page at once: one kind per layer cannot
+#: describe them, so they are refused with the reason rather than planned as attention alone (which drops the state).
+PARALLEL_HYBRIDS: dict[str, str] = {
+    "falcon_h1": "Falcon-H1 runs attention and a Mamba2 mixer in parallel in every decoder layer, each with its own "
+                 "cache (vLLM 0.32 models/falcon_h1.py:314-345, 0.33 :313-344)",
+    "zamba2": "Zamba2's 'hybrid' layers run a shared attention block beside their Mamba2 mixer, each attention with "
+              "its own KV cache (vLLM 0.32 models/zamba2.py:601, :758; 0.33 :601, :755)",
+}
+
 
 class LayerKindError(ValueError):
     """The config's per-layer description cannot be read; the message names the field."""
@@ -98,6 +107,10 @@ def layer_kinds(cfg: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], st
     :raises LayerKindError: a per-layer field of the wrong length or value, or a hybrid field the planner does not read.
     """
     model_type = str(cfg.get("model_type", ""))
+    if model_type in PARALLEL_HYBRIDS:
+        raise LayerKindError(f"model_type '{model_type}' is not planned: {PARALLEL_HYBRIDS[model_type]}; the planner "
+                             "keeps one kind per layer (attention or state), so it would size the KV cache without the "
+                             "state pages")
     for field in ("layer_types", "layers_block_type"):
         kinds = _from_list(cfg, field, n_layers)
         if kinds is not None:

@@ -338,7 +338,9 @@ def describe_layout(spec: ModelSpec, layout: KvLayout, tp: int, version: tuple[i
         line += f" ({kind} layers {block}: their smaller page raised to the largest)"
     if spec.state is not None and "mamba" in {k for k, _n, _b in layout.groups}:
         mode = "align (prefix caching)" if layout.state_blocks > 1 else "none"
-        line += f"; {spec.state.describe(tp, layout.num_spec)}, padded to the attention page; mamba_cache_mode {mode}"
+        attention = any(kind != "mamba" for kind, _n, _b in layout.groups)  # a pure-Mamba model has no page to match
+        line += (f"; {spec.state.describe(tp, layout.num_spec)}{', padded to the attention page' if attention else ''}"
+                 f"; mamba_cache_mode {mode}")
         if layout.num_spec:
             line += f" + {layout.num_spec} speculative blocks"
     key = "0.33" if version >= (0, 33, 0) else "0.32"

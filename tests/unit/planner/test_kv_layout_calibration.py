@@ -5,9 +5,9 @@ memory" and "GPU KV cache size" of a real start-up (URL and verbatim lines in th
 its ``inferred``). The layout alone (groups, the aligned attention block, padded state pages, align-mode state
 blocks) must turn that memory into the logged tokens; run through ``vllm-fleet calibrate --kv-layout`` as a user
 would. Kinds in the set: gated-delta hybrids (3 logs), Mamba2 hybrids (Nemotron-3-Nano-30B architecture, 2 logs),
-multimodal (Qwen3-VL, 2 logs), sliding window (Gemma-4-26B-A4B, 2 logs). Kinds without a public log that prints both
-lines and a verbatim config (Jamba, LFM2 short conv, chunked local, DeepSeek-V3.2 sparse) are not in this set:
-docs/sizing.md §6 says so.
+multimodal (Qwen3-VL, 2 logs), sliding window (Gemma-4-26B-A4B x 2, Gemma-4-31B, gpt-oss-120b: 4 logs). Kinds without
+a public log that prints both lines and a verbatim config (Jamba, Falcon-H1, Granite-4.0-H, Zamba2, LFM2 short conv,
+chunked local, DeepSeek-V3.2 sparse) are not in this set: docs/sizing.md §6 says so.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ OBSERVATIONS = [json.loads(line) for line in DATA.read_text().splitlines() if li
 
 #: The kind each observation is reported under (a kind the layout mis-reads fails here first).
 KINDS = {"club3090": "hybrid gated-delta", "cascade2": "hybrid mamba2", "ascend": "multimodal",
-         "rtx3090x4": "multimodal", "gemma4wsl": "sliding window"}
+         "rtx3090x4": "multimodal", "gemma4wsl": "sliding window", "hfmem60": "sliding window",
+         "hfmem61": "sliding window"}
 
 
 def test_every_observation_names_its_evidence_and_real_config() -> None:
@@ -51,8 +52,10 @@ def test_layout_reproduces_the_logged_tokens_and_concurrency(obs) -> None:
     observed = obs["observed"]
     assert kind == KINDS[obs["id"].split("-")[0]]
     assert tokens == pytest.approx(observed["kv_cache_tokens"], rel=0.005), f"{tokens / observed['kv_cache_tokens'] - 1:+.2%}"
-    # 'Available KV cache memory' is logged to 0.01 GiB: the concurrency may differ by the last digit.
-    assert concurrency == pytest.approx(observed["max_concurrency"], abs=0.011)
+    # 'Available KV cache memory' is logged to 0.01 GiB: the concurrency may differ by the last digit. Two logs quote
+    # no concurrency line (hf-mem#60, #61).
+    if "max_concurrency" in observed:
+        assert concurrency == pytest.approx(observed["max_concurrency"], abs=0.011)
     if kind.startswith("hybrid"):
         assert block % 16 == 0 and block > 1000  # the attention block raised to hold one state page
     if "block_size" in observed:
@@ -82,11 +85,11 @@ def test_calibrate_cli_reports_median_and_worst_per_kind(capsys) -> None:
     assert "hybrid gated-delta: 3 cases, median |error| 0.0%, worst +0.0%" in out
     assert "hybrid mamba2: 2 cases, median |error| 0.0%, worst +0.0%" in out
     assert "multimodal: 2 cases, median |error| 0.1%, worst +0.2%" in out
-    assert "sliding window: 2 cases, median |error| 0.1%, worst -0.1%" in out
+    assert "sliding window: 4 cases, median |error| 0.1%, worst -0.1%" in out
     assert main(["calibrate", str(DATA), "--kv-layout", "--json"]) == 0
     by_kind = json.loads(capsys.readouterr().out)["by_kind"]
     assert {k: f["cases"] for k, f in by_kind.items()} == {
-        "hybrid gated-delta": 3, "hybrid mamba2": 2, "multimodal": 2, "sliding window": 2}
+        "hybrid gated-delta": 3, "hybrid mamba2": 2, "multimodal": 2, "sliding window": 4}
     assert all(abs(f["worst_error"]) < 0.005 for f in by_kind.values())
 
 
@@ -168,3 +171,25 @@ def test_gemma4_full_layers_get_their_own_page_and_a_raised_block() -> None:
     assert layout.bytes_per_block == 5 * 16 * 4096 and layout.group_size == 5
     _tokens, concurrency, _block, _kind = layout_prediction(obs, json.loads((DATA.parent / obs["config"]).read_text()))
     assert round(concurrency, 2) == obs["observed"]["max_concurrency"] == 1.12
+
+
+def test_gpt_oss_alternating_window_layers_form_two_groups_of_18() -> None:
+    """gpt-oss-120b (hf-mem#60): 18 sliding (window 128) + 18 full layers of 8 KV heads x 64 -> two groups of 18, one
+    page of 16 x 2 KiB per layer; 5.38 GiB holds 9,793 blocks, logged before 0.20 as 9,793 // 2 x 16 (the issue's
+    "73,728 bytes a token" is that same figure: the two groups are the same size). Read the 0.20 way (concurrency x
+    max_model_len) the figure would depend on max_model_len and be +88 % at the default 131,072: the log is pre-0.20."""
+    from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import parse_model_config
+
+    obs = next(o for o in OBSERVATIONS if o["id"].startswith("hfmem60"))
+    config = json.loads((DATA.parent / obs["config"]).read_text())
+    spec = parse_model_config(config)
+    layout = kv_layout(spec, kind_counts(spec.layer_kinds), 1, 2, 16, 131072, 8192)
+    assert layout.group_size == 18 and layout.bytes_per_block == 18 * 16 * 2 * 8 * 64 * 2
+    assert dict((k, n) for k, n, _b in layout.groups) == {"sliding": 1, "full": 1}
+    tokens, _conc, _block, kind = layout_prediction(obs, config)
+    blocks = int(5.38 * 1024**3) // layout.bytes_per_block
+    assert (kind, tokens) == ("sliding window", blocks // 2 * 16)
+    # The logged 78,384 tokens are 4,899 x 16: 9,798-9,799 blocks, inside the 0.01 GiB rounding of 'Available'.
+    assert abs(obs["observed"]["kv_cache_tokens"] - tokens) <= 16 * int(0.005 * 1024**3 / layout.bytes_per_block + 1)
+    newer = layout_prediction(dict(obs, vllm_version="0.20.0"), config)[0]
+    assert newer > 1.8 * obs["observed"]["kv_cache_tokens"]

@@ -116,6 +116,37 @@ def test_unknown_hybrid_conventions_are_refused_naming_the_field(field: str, val
         plan(facts("h200x2"), cfg)
 
 
+@pytest.mark.parametrize(("model_type", "match"), [
+    ("falcon_h1", r"'falcon_h1' is not planned: Falcon-H1 runs attention and a Mamba2 mixer in parallel"),
+    ("zamba2", r"'zamba2' is not planned: Zamba2's 'hybrid' layers run a shared attention block"),
+])
+def test_parallel_hybrids_are_refused_not_planned_as_attention(model_type: str, match: str) -> None:
+    """Falcon-H1 and Zamba2 put an attention KV page and a Mamba2 state page in the same decoder layer (vLLM
+    models/falcon_h1.py, models/zamba2.py). Falcon-H1 declares no per-layer field, so it was planned as plain attention
+    with no state at all; both are refused with the reason (a Nemotron-H config relabelled: the refusal keys on
+    model_type, before any per-layer field is read)."""
+    cfg = config("nemotron-3-nano-30b-a3b-bf16")
+    cfg["model_type"] = model_type
+    with pytest.raises(ModelConfigError, match=match):
+        parse_model_config(cfg)
+    with pytest.raises(PlanError, match=model_type):
+        plan(facts("h200x2"), cfg)
+
+
+def test_a_pure_mamba_model_is_one_group_of_unpadded_state_pages() -> None:
+    """model_type mamba2 without a per-layer field: every layer a state layer (vLLM MambaModelConfig, 0.33
+    models/config.py:750-787), one group holding 2 + 1 blocks per request in align mode (kv_cache_interface.py:1135-1141)
+    and no attention page to pad to (a Nemotron-H config relabelled: no public pure-Mamba log prints both lines)."""
+    cfg = config("nemotron-3-nano-30b-a3b-bf16")
+    cfg.pop("hybrid_override_pattern")
+    cfg["model_type"] = "mamba2"
+    groups = plan(facts("h200x2"), cfg, vllm_version="0.33.0")["reasons"]["kv-cache-groups"]
+    assert groups.startswith("mamba 1 group x 3 blocks per request; all layers per group")
+    assert "padded to the attention page" not in groups
+    hybrid = plan(facts("h200x2"), config("nemotron-3-nano-30b-a3b-bf16"), vllm_version="0.33.0")
+    assert "padded to the attention page" in hybrid["reasons"]["kv-cache-groups"]
+
+
 def test_the_cli_plans_nemotron_3_nano_on_one_h100(capsys) -> None:
     """The path a user runs: `vllm-fleet plan --model DIR --gpu ...` (issue 26: it was sized as ~100 B and refused)."""
     from vllm_fleet.cli import main
