@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import plan_for_model
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.integration
@@ -35,19 +36,22 @@ EXTRA = {
 }
 
 
-#: A CPU-lane plan as preflight records it (the benchmark keys by the forced plan hash; the plan itself decides that
-#: the run is measured only: the performance model covers GPU plans).
-CPU_PLAN = {"vllm_version": "0.32.0", "device": "cpu", "gpu": None, "engine_args": {}, "cli_args": []}
+def _cpu_plan(model_dir: Path) -> dict[str, Any]:
+    """The tiny model's CPU-lane plan as preflight records it (the benchmark keys by the forced plan hash); a CPU plan
+    is predicted from the run's own lowest level (observe/predicted.py)."""
+    return plan_for_model({"gpus": []}, str(model_dir))
 
 
 def _run_playbook(tmp_path: Path, port: int, library: Path, twins: int = 1,
                   **extra: Any) -> subprocess.CompletedProcess[str]:
+    model_dir = ROOT / ".cache" / "tiny-model"  # what the vllm_server fixture serves (tests/integration/conftest.py)
     host = {
         "ansible_connection": "local",
         "ansible_host": "127.0.0.1",
         "ansible_python_interpreter": "{{ ansible_playbook_python }}",
         "vllm_serve_port": port,
-        "vllm_fleet_plan": CPU_PLAN,
+        "vllm_fleet_plan": _cpu_plan(model_dir),
+        "vllm_fleet_model": str(model_dir),  # the path the controller plans from: the prediction reads its config
     }
     names = ["bench-host", *(f"bench-twin-{i}" for i in range(1, twins))]
     inventory = {
@@ -87,14 +91,19 @@ def test_baseline_then_no_regression_then_slowed_flagged(
 ) -> None:
     library = tmp_path / "baselines"
     # The first run measures the server as two identical hosts (same SKU group, same plan): each result is stored
-    # measured only (a CPU-lane plan has no prediction, and says why), and the fleet report compares the two.
+    # beside its prediction (a CPU-lane plan: calibrated on the run's c=1 level, the c=16 level predicted from it)
+    # and the ratio, and the fleet report compares the two hosts.
     first = _run_playbook(tmp_path, vllm_server.port, library, twins=2)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     key_dir = library / "bench-host" / "tiny" / "ci-image" / "ci-plan"
     assert (key_dir / "baseline.json").is_file()
     (run1,) = _runs(library)
     assert run1["comparison"] is None
-    assert run1["predicted"] == {} and run1["ratio"] == {} and run1["prediction_note"].startswith("measured only")
+    assert run1["prediction_note"].startswith("CPU lane") and set(run1["predicted"]) == {"1", "16"}
+    # the calibration level gives its own median TTFT and E2EL back (a step = fixed cost + tokens x cost per token)
+    assert run1["ratio"]["1"]["p50_ttft_ms"] == pytest.approx(1.0, abs=0.05), run1["ratio"]
+    assert run1["ratio"]["1"]["p50_e2el_ms"] == pytest.approx(1.0, abs=0.05), run1["ratio"]
+    assert run1["ratio"]["16"]["output_throughput"] > 0, run1["ratio"]
     (fleet_dir,) = (library / "fleet").iterdir()
     fleet = json.loads((fleet_dir / "fleet.json").read_text())
     assert fleet["groups"] == [{"sku_group": "cpu_bench", "plan_hash": "ci-plan",
@@ -102,8 +111,9 @@ def test_baseline_then_no_regression_then_slowed_flagged(
     twin = json.loads(next((library / "bench-twin-1").rglob("summary.json")).read_text())
     print(f"\nbenchmark twins c16 output tok/s: bench-host {run1['summary']['16']['output_throughput']:.1f}, "
           f"bench-twin-1 {twin['summary']['16']['output_throughput']:.1f}; outliers "
-          f"{[o['host'] for o in fleet['outliers']]}")
-    assert "measured only" in (fleet_dir / "fleet.md").read_text()
+          f"{[o['host'] for o in fleet['outliers']]}; measured / predicted c=16: {run1['ratio']['16']}; "
+          f"{run1['prediction_note']}")
+    assert "| bench-host | 16 |" in (fleet_dir / "fleet.md").read_text()
     assert set(run1["summary"]) == {"1", "16"}
     assert run1["summary"]["16"]["repeats"] == 3 and run1["summary"]["16"]["output_throughput"] > 0
     run_dirs = sorted((key_dir / "runs").iterdir())
