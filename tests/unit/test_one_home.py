@@ -25,9 +25,9 @@ MIN_SHARED = 3
 
 #: Table-name pairs that share keys but are different facts (or a copy whose removal is pending), with why.
 DISTINCT: dict[frozenset[str], str] = {
-    frozenset({"_GPU_OPTIONAL_KEYS", "FACT_KEYS"}): "the per-GPU facts a recording may lack (filled with None) vs the "
-                                                   "facts an outlier is compared on (clocks and ECC too; no idle "
-                                                   "link generation, no replay counters)",
+    frozenset({"_GPU_OPTIONAL_KEYS", "FACT_KEYS"}): (
+        "the per-GPU facts a recording may lack (filled with None) vs the facts an outlier is compared on "
+        "(clocks and ECC too; no idle link generation, no replay counters)"),
     # Subsets of quantization method names, each a different fact about the methods:
     frozenset({"QUANT_MIN_CC", "GROUP_METHODS"}): "methods' minimum compute capability vs the group-quantized ones",
     frozenset({"ROCM_QUANTIZATION", "GROUP_METHODS"}): "ROCm's method list vs the group-quantized methods",
