@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -14,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REF_FILE = ROOT / ".cache" / "vllm-image-ref"
@@ -112,8 +115,12 @@ def record_figure(path: Path, label: str, name: str, value: Any) -> None:
 
 
 @contextmanager
-def running_prometheus(binary: str, workdir: Path, port: int, ready_s: float = 60) -> Iterator[str]:
-    """A real Prometheus on 127.0.0.1:``port`` with ``workdir``/prometheus.yml, ready; yields its URL, stops it."""
+def running_prometheus(workdir: Path, port: int, ready_s: float = 60) -> Iterator[str]:
+    """A real Prometheus (the test bed's) on 127.0.0.1:``port`` with ``workdir``/prometheus.yml, ready; yields its
+    URL, stops it."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is missing: run scripts/testbed/60-prometheus.sh (make testbed)")
     log = (workdir / "prometheus.log").open("wb")
     process = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
                                 f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],

@@ -32,12 +32,9 @@ Figures go to artifacts/deploy/fleet-serving.json and the test output (the READM
 from __future__ import annotations
 
 import collections
-import csv
 import http.client
-import io
 import json
 import os
-import shutil
 import ssl
 import time
 import urllib.request
@@ -48,6 +45,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.deploy.rollout import metric_sum
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.observe import monitoring as mr
 
 from .._helpers import free_port, record_figure, running_prometheus
@@ -101,9 +99,6 @@ class Prometheus:
 
 @pytest.fixture(scope="module")
 def prometheus(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is missing: run scripts/testbed/60-prometheus.sh (make testbed)")
     workdir: Path = tmp_path_factory.mktemp("lab-prometheus")
     rules = mr.alert_rules({"endpoint_down_for": "5s", "out_of_balancer_for": "2s"})
     (workdir / "vllm-fleet.rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1000))
@@ -115,7 +110,7 @@ def prometheus(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
               "rule_files": [str(workdir / "vllm-fleet.rules.yml")], "scrape_configs": jobs}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port(range(18330, 18340))
-    with running_prometheus(binary, workdir, port) as url:
+    with running_prometheus(workdir, port) as url:
         yield Prometheus(url)
 
 
@@ -163,17 +158,14 @@ def _prompts(policy: str) -> list[str]:
 
 def _prefix_counters() -> dict[str, tuple[float, float]]:
     """Each replica's vLLM counters, read from its own /metrics: (prefix-cache queries, hits), in tokens
-    (vllm:prefix_cache_queries / vllm:prefix_cache_hits, vllm/v1/metrics/loggers.py:662-681 in 0.32.0)."""
+    (vllm:prefix_cache_queries / vllm:prefix_cache_hits, vllm/v1/metrics/loggers.py:662-681 in 0.32.0), summed over
+    label sets by the rollout's own parser (deploy/rollout.py metric_sum)."""
     out: dict[str, tuple[float, float]] = {}
     for host, port in HOSTS.items():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             text = response.read().decode()
-        sums = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
-        for line in text.splitlines():
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in sums:
-                sums[name] += float(line.rsplit(" ", 1)[1])
-        out[host] = (sums["vllm:prefix_cache_queries_total"], sums["vllm:prefix_cache_hits_total"])
+        out[host] = (metric_sum(text, "vllm:prefix_cache_queries_total") or 0.0,
+                     metric_sum(text, "vllm:prefix_cache_hits_total") or 0.0)
     return out
 
 
@@ -271,12 +263,7 @@ def test_the_balancer_speaks_tls_only_and_its_certificate_is_verified(lab: Lab) 
 def _wait_idle(timeout: float = 10) -> None:
     """Until HAProxy holds no open session on any replica (scur 0 on its stats page)."""
     deadline = time.monotonic() + timeout
-    while True:
-        with urllib.request.urlopen(f"http://127.0.0.1:{STATS_PORT}/stats;csv", timeout=5) as response:
-            rows = csv.DictReader(io.StringIO(response.read().decode().lstrip("# ")))
-            busy = {row["svname"]: row["scur"] for row in rows if row["svname"] in HOSTS and row["scur"] not in ("", "0")}
-        if not busy or time.monotonic() > deadline:
-            return
+    while any(row["scur"] not in ("", "0") for row in LbWatch.rows().values()) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

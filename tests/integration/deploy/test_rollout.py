@@ -126,12 +126,15 @@ class LbWatch:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
-    def read() -> dict[str, tuple[str, int]]:
+    def rows() -> dict[str, dict[str, str]]:
+        """HAProxy's stats page (CSV): each lab server's row (status, stot, scur, ...)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{STATS_PORT}/stats;csv", timeout=5) as response:
             text = response.read().decode()
-        rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
-        return {row["svname"]: (row["status"], int(row["stot"] or 0)) for row in rows
-                if row["svname"] in HOSTS}
+        return {row["svname"]: row for row in csv.DictReader(io.StringIO(text.lstrip("# "))) if row["svname"] in HOSTS}
+
+    @classmethod
+    def read(cls) -> dict[str, tuple[str, int]]:
+        return {name: (row["status"], int(row["stot"] or 0)) for name, row in cls.rows().items()}
 
     def _run(self) -> None:
         while not self.stop_event.is_set():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import time
 import urllib.parse
@@ -72,9 +71,6 @@ def _metric_names(text: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def prometheus(vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is missing: run scripts/testbed/60-prometheus.sh (make testbed)")
     workdir = tmp_path_factory.mktemp("prometheus")
     (workdir / "vllm-fleet.rules.yml").write_text(
         yaml.safe_dump(mr.alert_rules(), sort_keys=False, width=1000)
@@ -90,7 +86,7 @@ def prometheus(vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port(PROM_PORTS)
-    with running_prometheus(binary, workdir, port) as url:
+    with running_prometheus(workdir, port) as url:
         yield Prometheus(url)
 
 
