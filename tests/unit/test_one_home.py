@@ -32,6 +32,9 @@ DISTINCT: dict[frozenset[str], str] = {
     frozenset({"QUANT_MIN_CC", "GROUP_METHODS"}): "methods' minimum compute capability vs the group-quantized ones",
     frozenset({"ROCM_QUANTIZATION", "GROUP_METHODS"}): "ROCm's method list vs the group-quantized methods",
     frozenset({"KNOWN_METHODS", "GROUP_METHODS"}): "methods the planner sizes vs the group-quantized ones",
+    frozenset({"_LABELS", "QUANT_MIN_CC"}): "how a reason line spells three methods vs their minimum compute capability",
+    frozenset({"_LABELS", "GROUP_METHODS"}): "how a reason line spells the integer-group methods vs which methods "
+    "must keep whole groups per shard",
     frozenset({"QUANT_MIN_CC", "_CHECKPOINT_METHODS"}): "minimum compute capability vs methods that need a checkpoint config",
     frozenset({"ROCM_QUANTIZATION", "_CHECKPOINT_METHODS"}): "ROCm's method list vs methods needing a checkpoint config",
     frozenset({"KNOWN_METHODS", "_CHECKPOINT_METHODS"}): "methods the planner sizes vs methods needing a checkpoint config",

@@ -37,13 +37,16 @@ CONVENTIONS: dict[str, str] = {
 UNREAD_HYBRID_FIELDS = ("attn_layer_indices", "attention_layer_indices", "block_types", "layers_pattern",
                         "layer_pattern", "mixer_types", "linear_attn_config", "attn_type_list", "layer_group_types")
 
+#: Qwen3-Next and its Qwen3.5/3.6 successors (text and multimodal wrappers): gated-delta layers, output-gated full
+#: attention and MTP layers named ``mtp.layers.{i}`` (model.py reads this family for the last two).
+QWEN3_NEXT_FAMILY = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+
 #: model_type -> the state kind every non-attention layer of that family has.
 _STATE_KIND_BY_TYPE = {
     "mamba": "mamba1", "falcon_mamba": "mamba1", "jamba": "mamba1",
     "mamba2": "mamba2", "nemotron_h": "mamba2", "bamba": "mamba2", "falcon_h1": "mamba2",
     "granitemoehybrid": "mamba2", "zamba2": "mamba2",
-    "qwen3_next": "gated_delta", "qwen3_5": "gated_delta", "qwen3_5_text": "gated_delta",
-    "qwen3_5_moe": "gated_delta", "qwen3_5_moe_text": "gated_delta",
+    **dict.fromkeys(QWEN3_NEXT_FAMILY, "gated_delta"),
     "lfm2": "short_conv", "lfm2_moe": "short_conv",
 }
 _PURE_SSM_TYPES = ("mamba", "falcon_mamba", "mamba2")

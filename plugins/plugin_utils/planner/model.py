@@ -11,7 +11,15 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .layer_kinds import LayerKindError, StateShape, dtype_bytes, full_attention_kv, layer_kinds, state_shape
+from .layer_kinds import (
+    QWEN3_NEXT_FAMILY,
+    LayerKindError,
+    StateShape,
+    dtype_bytes,
+    full_attention_kv,
+    layer_kinds,
+    state_shape,
+)
 from .multimodal import VisionSpec, parse_vision
 from .quant_formats import QuantFormatError, Quantization, parse_quantization
 
@@ -78,6 +86,9 @@ class ModelSpec:
     # Multi-token-prediction layers the checkpoint ships after its decoder layers (DeepSeek-V3 / GLM-4.5
     # ``num_nextn_predict_layers``, ``mtp_num_hidden_layers``): loaded only under speculative decoding (method mtp).
     mtp_layers: int = 0
+    # Qwen3-Next / Qwen3.5 full attention gates its output: q_proj holds 2 x heads x head_dim rows (vLLM 0.32
+    # models/qwen3_next.py:315-320, ``attn_output_gate`` default True; qwen3_5.py:158 uses that attention).
+    attn_output_gate: bool = False
     draft_vocab_size: int = 0  # an EAGLE-3 head's own output vocabulary (``draft_vocab_size``), 0 if none
 
     @property
@@ -141,7 +152,7 @@ class ModelSpec:
         if kind == "full" and self.full_kv is not None:  # one home with the KV layout: layer_kinds.full_attention_kv
             kv_heads, head_dim = self.full_kv
             kv_heads = max(1, kv_heads // tp)
-        q = h * self.num_heads * head_dim
+        q = h * self.num_heads * head_dim * (2 if self.attn_output_gate else 1)
         o = self.num_heads * head_dim * h
         kv = 2 * h * head_dim * kv_heads
         return (q + o) / tp + kv, 0.0
@@ -403,6 +414,7 @@ def parse_model_config(config: dict[str, Any]) -> ModelSpec:
         vision=parse_vision(outer) if multimodal else None,
         quantization=_quantization(outer if "quantization_config" in outer else cfg),
         mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+        attn_output_gate=model_type in _OUTPUT_GATED and bool(cfg.get("attn_output_gate", True)),
         draft_vocab_size=int(cfg.get("draft_vocab_size") or 0),
     )
 
@@ -523,6 +535,12 @@ _MODULE_NAMES_BY_TYPE: dict[str, dict[str, tuple[str, ...]]] = {
 #: Checkpoints whose decoder layers live under another prefix (vLLM's model file names them so): Nemotron-H's
 #: ``backbone.layers.{i}.mixer.*`` (models/nemotron_h.py:588-616), the names its ModelOpt exclude_modules use.
 _LAYER_PREFIX = {"nemotron_h": "backbone.layers.{layer}"}
+#: Model types whose full attention is vLLM's Qwen3NextAttention (output gate; ModelSpec.attn_output_gate).
+_OUTPUT_GATED = frozenset(QWEN3_NEXT_FAMILY)
+#: MTP layers vLLM builds under their own prefix (not ``model.layers.{num_hidden_layers + i}``): Qwen3-Next and
+#: Qwen3.5/3.6 name them ``mtp.layers.{i}`` (vLLM 0.32 models/qwen3_5_mtp.py:122, :234; qwen3_next_mtp.py:93, :195),
+#: the names their checkpoints' ``ignore`` / ``exclude_modules`` (``re:^mtp.*``, ``mtp*``) use.
+_MTP_PREFIX = dict.fromkeys(_OUTPUT_GATED, "mtp.layers.{index}")
 
 
 @lru_cache(maxsize=65536)
@@ -535,6 +553,8 @@ def layer_module_bytes(spec: ModelSpec, q: Quantization, layer: int, kind: str,
     prefix = f"model.language_model.layers.{layer}" if spec.multimodal else f"model.layers.{layer}"
     if spec.model_type in _LAYER_PREFIX:
         prefix = _LAYER_PREFIX[spec.model_type].format(layer=layer)
+    if layer >= spec.num_layers and spec.model_type in _MTP_PREFIX:
+        prefix = _MTP_PREFIX[spec.model_type].format(index=layer - spec.num_layers)
 
     def rate(group: str) -> float:
         patterns = _MODULE_NAMES_BY_TYPE.get(spec.model_type, {}).get(group, _MODULE_NAMES[group])

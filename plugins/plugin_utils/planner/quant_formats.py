@@ -40,13 +40,28 @@ def int_group_bytes(bits: float, group_size: int, zero_point: bool = True, scale
     return bits / 8 + (scale_bytes + (bits / 8 if zero_point else 0.0)) / group_size
 
 
+#: Bytes per weight of a per-module rule that leaves the module unquantized (it keeps the checkpoint dtype).
+UNQUANTIZED = -1.0
+#: One per-module rule: (how vLLM matches it, the checkpoint's pattern, bytes per weight or UNQUANTIZED).
+ModuleRule = tuple[str, str, float]
+#: vLLM's module classes for what the planner sizes: routed experts are one ``RoutedExperts`` layer, to which
+#: compressed-tensors copies a ``Linear`` target's scheme (compressed_tensors.py ``_add_fused_moe_to_target_scheme_map``);
+#: the rest are ``*Linear`` layers.
+_EXPERT_CLASSES = ("RoutedExperts", "Linear")
+_LINEAR_CLASSES = ("QKVParallelLinear", "MergedColumnParallelLinear", "RowParallelLinear", "ColumnParallelLinear",
+                   "ReplicatedLinear")
+_REGEX_CHARS = frozenset("*+?^$()[]{}|\\")
+
+
 @dataclass(frozen=True)
 class Quantization:
     """How the checkpoint's linear weights are stored.
 
     ``bytes_per_weight`` (0: derived from ``method``/``weight_bits``, for the online ``--quantization`` the user
     sets) counts the scales; ``ignore`` holds the checkpoint's unquantized-module patterns; ``layer_bytes`` the
-    per-module bytes of a ModelOpt MIXED_PRECISION checkpoint (modules it does not list stay unquantized).
+    per-module bytes of a ModelOpt MIXED_PRECISION checkpoint (modules it does not list stay unquantized);
+    ``module_rules`` the per-module schemes of compressed-tensors ``config_groups``, Quark ``layer_quant_config`` and
+    AutoRound ``extra_config`` / ``block_name_to_quantize``, tried in vLLM's order (:func:`_rule_matches`).
     """
 
     method: str  # "none", "awq", "gptq", "fp8", "compressed-tensors", "mxfp4", "modelopt", "modelopt_fp4", ...
@@ -59,6 +74,8 @@ class Quantization:
     bytes_per_weight: float = 0.0
     ignore: tuple[str, ...] = ()
     layer_bytes: tuple[tuple[str, float], ...] = ()
+    module_rules: tuple[ModuleRule, ...] = ()
+    unmatched_unquantized: bool = False  # a module no ``module_rules`` entry matches keeps the checkpoint dtype
     source: str = "config.json quantization_config"
     why: str = ""  # one line: the format, its bits per weight and where they come from
 
@@ -94,6 +111,40 @@ def _matches(name: str, pattern: str) -> bool:
     return False
 
 
+def _regex_search(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
+
+
+def _rule_matches(kind: str, pattern: str, names: tuple[str, ...]) -> bool:
+    """Whether one per-module rule covers a module known by ``names``, matched the way vLLM matches that format:
+
+    ``ct-name`` a compressed-tensors target that is a layer name or ``re:`` regex (first pass), ``ct-class`` one that
+    names a module class, contained in it (second pass; compressed_tensors/utils.py ``find_matched_target``);
+    ``quark`` a ``layer_quant_config`` key: fnmatch when it has a ``*``, else the layer name inside the key
+    (quark.py ``get_layer_quant_config_from_name``); ``inc-key`` an AutoRound ``extra_config`` key, exact or a suffix
+    after a dot; ``inc-regex`` one with regex characters, searched; ``prefix`` a ``block_name_to_quantize`` entry
+    (inc/config_parser.py ``_resolve_raw``).
+    """
+    if kind == "ct-name":
+        return any(n == pattern or (pattern.startswith("re:") and re.match(pattern[3:], n) is not None)
+                   for n in names)
+    if kind == "ct-class":
+        classes = _EXPERT_CLASSES if any(".experts" in n for n in names) else _LINEAR_CLASSES
+        return any(pattern.lower() in c.lower() for c in classes)
+    if kind == "quark":
+        return any(fnmatch(n, pattern) if "*" in pattern else n in pattern for n in names)
+    if kind == "inc-key":
+        return any(n == pattern or n.endswith("." + pattern) for n in names)
+    if kind == "inc-regex":
+        return any(_regex_search(pattern, n) for n in names)
+    if kind == "prefix":
+        return any(n.startswith(pattern) for n in names)
+    raise ValueError(f"unknown module rule kind {kind}")
+
+
 @lru_cache(maxsize=65536)
 def _module_bytes(q: Quantization, names: tuple[str, ...], dense_bytes: float) -> float:
     if q.method == "none":
@@ -108,6 +159,11 @@ def _module_bytes(q: Quantization, names: tuple[str, ...], dense_bytes: float) -
                 if kbare == bare or bare.startswith(kbare + ".") or "model." + bare == kbare:
                     return value
         return dense_bytes  # MIXED_PRECISION: a module it does not list is not quantized
+    for kind, pattern, value in q.module_rules:
+        if _rule_matches(kind, pattern, names):
+            return dense_bytes if value == UNQUANTIZED else value
+    if q.unmatched_unquantized:
+        return dense_bytes
     return q.linear_bytes_per_param(dense_bytes)
 
 
@@ -177,6 +233,9 @@ def _modelopt(q: dict[str, Any], source: str) -> Quantization:
                         why=f"ModelOpt {why}")
 
 
+_LABELS = {"awq": "AWQ", "gptq": "GPTQ", "auto-round": "AutoRound"}
+
+
 def _int_group(q: dict[str, Any], method: str) -> Quantization:
     """GPTQ / AWQ / AutoRound: packed int + fp16 scale and packed zero point per group (gptq.py, awq.py)."""
     bits = int(q.get("bits") or q.get("w_bit") or 4)
@@ -188,7 +247,7 @@ def _int_group(q: dict[str, Any], method: str) -> Quantization:
     extra = "; desc_act: + one int32 group index per input row" if q.get("desc_act") else ""
     ignore = tuple(str(p) for p in (q.get("modules_to_not_convert") or []))
     return Quantization(method, float(bits), max(group, 0), bytes_per_weight=value, ignore=ignore,
-                        why=f"{method.upper()} {bits}-bit + fp16 scale{' and packed zero' if zero else ''} "
+                        why=f"{_LABELS.get(method, method)} {bits}-bit + fp16 scale{' and packed zero' if zero else ''} "
                         f"{per} = {8 * value:.3g} bits/weight{extra}")
 
 
@@ -231,32 +290,43 @@ def _ct_group_bytes(weights: dict[str, Any], fmt: str) -> tuple[float, str, str]
 
 
 def _compressed_tensors(q: dict[str, Any]) -> Quantization:
-    """compressed-tensors (compressed_tensors.py): each ``config_groups`` entry's weights scheme; targets beyond
-    ``Linear`` and several groups are sized by the group that covers the most (first: ``Linear``)."""
+    """compressed-tensors (compressed_tensors.py): each ``config_groups`` entry's weights scheme applies to the modules
+    its ``targets`` match, layer names and ``re:`` regexes before module classes (utils.py ``find_matched_target``);
+    a module no target matches is not quantized (``UnquantizedLinearMethod``). The group covering most modules
+    (first: ``Linear``) names the format."""
     groups = q.get("config_groups") or {}
     fmt = str(q.get("format") or "")
     ignore = tuple(str(p) for p in (q.get("ignore") or []))
     best: tuple[float, str, str, int, float] | None = None
-    for entry in groups.values():
+    per_target: dict[str, float] = {}  # vLLM's target_scheme_map: a later group's target overwrites, keeps its place
+    parts: list[str] = []
+    for group_name, entry in groups.items():
         entry = entry or {}
         weights = entry.get("weights") or {}
         if not weights:
             continue
-        value, scheme, why = _ct_group_bytes(weights, fmt)
+        value, scheme, why = _ct_group_bytes(weights, str(entry.get("format") or fmt))
         acts = entry.get("input_activations") or {}
         if scheme == "wna16" and acts:
             scheme = "w8a8-int8" if float(weights.get("num_bits", 8)) == 8 else "w4a8-fp8"
-        targets = entry.get("targets") or []
+        targets = [str(t) for t in entry.get("targets") or []]
+        per_target.update(dict.fromkeys(targets, value))
+        shown = ", ".join(targets[:2]) + (f" +{len(targets) - 2}" if len(targets) > 2 else "")
+        parts.append(f"{group_name} ({shown}) {8 * value:.4g} bits")
         covers = 10**9 if "Linear" in targets else len(targets)
         if best is None or covers > best[3]:
             best = (value, scheme, why, covers, float(weights.get("num_bits", 8)))
     if best is None:
         return Quantization("compressed-tensors", 8.0, 0, scheme="w8a8-int8", bytes_per_weight=1.0, ignore=ignore,
                             why="compressed-tensors without weight schemes: sized as 8 bits/weight")
+    rules = tuple([("ct-name", t, v) for t, v in per_target.items()]
+                  + [("ct-class", t, v) for t, v in per_target.items() if not t.startswith("re:")])
     value, scheme, why, _covers, bits = best
-    more = f" ({len(groups)} config groups: the one covering most modules)" if len(groups) > 1 else ""
+    more = (f"; per module, the config group vLLM matches: {'; '.join(parts)}; other modules unquantized"
+            if len(parts) > 1 else "")
     return Quantization("compressed-tensors", bits, 0, scheme=scheme, bytes_per_weight=value, ignore=ignore,
-                        block_fp8="block" in why, why=f"compressed-tensors {why}{more}")
+                        block_fp8="block" in why, module_rules=rules, unmatched_unquantized=True,
+                        why=f"compressed-tensors {why}{more}")
 
 
 def _mxfp4(q: dict[str, Any]) -> Quantization:
@@ -266,28 +336,106 @@ def _mxfp4(q: dict[str, Any]) -> Quantization:
                         "layers unquantized")
 
 
-def _quark(q: dict[str, Any]) -> Quantization:
-    """AMD Quark (quark.py): ``global_quant_config.weight`` dtype and group size; ``exclude`` stays unquantized."""
-    glob = q.get("global_quant_config") or {}
-    weight = glob.get("weight") or {}
+def _quark_weight(weight: Any) -> tuple[float, str, str] | None:
+    """(bytes per weight, scheme, reason) of one Quark ``weight`` spec; None: the module is not quantized."""
     if isinstance(weight, list):
-        weight = weight[0] if weight else {}
+        weight = weight[0] if weight else None
+    if not weight:
+        return None
     dtype = str(weight.get("dtype") or "").lower()
-    ignore = tuple(str(p) for p in (q.get("exclude") or []))
     group = int(weight.get("group_size") or 0)
     if dtype.startswith("fp8"):
-        return Quantization("quark", 8.0, 0, scheme="fp8", bytes_per_weight=1.0, ignore=ignore,
-                            why="Quark FP8 e4m3: 8 bits/weight")
+        if str(weight.get("qscheme") or "") == "per_group" and group:  # OCP MXFP8: an e8m0 scale per group
+            value = 1.0 + 1 / group
+            return value, "mxfp8", f"Quark MXFP8: e4m3 + one e8m0 scale per {group} = {8 * value:.3g} bits/weight"
+        return 1.0, "fp8", "Quark FP8 e4m3: 8 bits/weight"
     if dtype in ("fp4", "mxfp4"):
-        return Quantization("quark", 4.25, 32, scheme="mxfp4", bytes_per_weight=MXFP4_BYTES, ignore=ignore,
-                            why="Quark MXFP4: 4-bit e2m1 + one e8m0 scale per 32 = 4.25 bits/weight")
+        return MXFP4_BYTES, "mxfp4", "Quark MXFP4: 4-bit e2m1 + one e8m0 scale per 32 = 4.25 bits/weight"
     if dtype in ("int4", "uint4", "int8", "uint8"):
         bits = 4 if "4" in dtype else 8
         value = int_group_bytes(bits, group, zero_point=dtype.startswith("u"))
-        return Quantization("quark", float(bits), group, scheme=dtype, bytes_per_weight=value, ignore=ignore,
-                            why=f"Quark {dtype} (group {group or 'per channel'}) = {8 * value:.3g} bits/weight")
+        return value, dtype, f"Quark {dtype} (group {group or 'per channel'}) = {8 * value:.3g} bits/weight"
     raise QuantFormatError(f"Quark weight dtype '{dtype or '?'}' is not one the planner sizes (fp8_e4m3, fp4/mxfp4, "
                            "int4, uint4, int8): give the checkpoint's model.safetensors.index.json for its real size")
+
+
+def _quark(q: dict[str, Any]) -> Quantization:
+    """AMD Quark (quark.py ``_find_matched_config``): a ``layer_quant_config`` entry matching the layer, else
+    ``global_quant_config``; a spec without ``weight`` and ``exclude`` entries stay unquantized."""
+    glob = q.get("global_quant_config") or {}
+    main = _quark_weight(glob.get("weight"))
+    ignore = tuple(str(p) for p in (q.get("exclude") or []))
+    rules: list[ModuleRule] = []
+    per_layer: list[tuple[float, str, str]] = []
+    for pattern, config in (q.get("layer_quant_config") or {}).items():
+        spec = _quark_weight((config or {}).get("weight"))
+        rules.append(("quark", str(pattern), UNQUANTIZED if spec is None else spec[0]))
+        if spec is not None:
+            per_layer.append(spec)
+    if main is None and not per_layer:
+        raise QuantFormatError("the Quark quantization_config gives no weight dtype (global_quant_config.weight or "
+                               "layer_quant_config): is config.json complete?")
+    value, scheme, why = main or per_layer[0]
+    if rules:
+        why += (f"; {len(rules)} layer_quant_config pattern(s) first"
+                + ("" if main else ", other modules unquantized (global_quant_config has no weight)"))
+    return Quantization("quark", 8 * value, 0, scheme=scheme, bytes_per_weight=value, ignore=ignore,
+                        module_rules=tuple(rules), unmatched_unquantized=main is None, why=why)
+
+
+def _auto_round_bytes(data_type: str, bits: int, group: Any) -> float:
+    """Bytes per weight of an AutoRound (vLLM ``inc``) module: 16 bits and more is unquantized."""
+    if bits >= 16:
+        return UNQUANTIZED
+    if "mx_fp" in data_type:
+        return MXFP4_BYTES if bits == 4 else MXFP8_BYTES
+    if data_type in ("fp", "fp8"):
+        return fp8_block_bytes((int(group[0]), int(group[1]))) if isinstance(group, list) else 1.0
+    return int_group_bytes(bits, int(group) if isinstance(group, (int, float)) else 128)
+
+
+#: AutoRound data types and bit widths vLLM's ``inc`` config accepts (inc/inc.py SUPPORTED_DTYPES, SUPPORTED_BITS).
+_INC_DTYPES = ("int", "mx_fp", "fp")
+_INC_BITS = range(2, 9)
+
+
+def _auto_round(q: dict[str, Any]) -> Quantization:
+    """AutoRound (vLLM ``inc``, inc/config_parser.py ``_resolve_raw``): ``extra_config`` per layer (exact or dotted
+    suffix, then regex keys; 16 bits = unquantized), then only the blocks in ``block_name_to_quantize`` /
+    ``to_quant_block_names`` are quantized; the rest at ``bits`` / ``group_size`` / ``data_type``."""
+    data_type = str(q.get("data_type") or "int").lower()
+    bits = int(q.get("bits") or 4)
+    if not (data_type in _INC_DTYPES or "mx_fp" in data_type) or bits not in _INC_BITS:
+        raise QuantFormatError(f"AutoRound data_type '{data_type}' with {bits} bits is not one vLLM 0.32/0.33 loads "
+                               f"(data types {', '.join(_INC_DTYPES)}, bits {min(_INC_BITS)}-{max(_INC_BITS)}): "
+                               "export it in another format (e.g. auto_round:llm_compressor)")
+    group = q.get("group_size", 128)
+    base = _int_group(q, "auto-round") if data_type == "int" else None
+    value = base.bytes_per_weight if base else _auto_round_bytes(data_type, bits, group)
+    why = base.why if base else f"AutoRound {data_type} {bits}-bit = {8 * value:.4g} bits/weight"
+    extra = q.get("extra_config") or {}
+    rules: list[ModuleRule] = []
+    counts: dict[str, int] = {}
+    for key, cfg in extra.items():
+        cfg = cfg if isinstance(cfg, dict) else {}
+        layer_bits = int(cfg.get("bits", bits))
+        rule_bytes = value if (layer_bits, cfg.get("group_size", group)) == (bits, group) else \
+            _auto_round_bytes(data_type, layer_bits, cfg.get("group_size", group))
+        rules.append(("inc-key", str(key), rule_bytes))
+        label = "unquantized" if rule_bytes == UNQUANTIZED else f"{layer_bits}-bit"
+        counts[label] = counts.get(label, 0) + 1
+    rules += [("inc-regex", k, v) for _kind, k, v in list(rules) if _REGEX_CHARS & set(k)]
+    blocks = q.get("block_name_to_quantize") or q.get("to_quant_block_names")
+    blocks = [b for b in blocks.split(",") if b] if isinstance(blocks, str) else list(blocks or [])
+    rules += [("prefix", str(block), value) for block in blocks]
+    if counts:
+        why += "; extra_config: " + ", ".join(f"{n} module(s) {label}" for label, n in counts.items())
+    if blocks:
+        why += f"; only modules under {', '.join(map(str, blocks[:3]))}{' ...' if len(blocks) > 3 else ''}"
+    ignore = tuple(str(p) for p in (q.get("modules_to_not_convert") or []))
+    return Quantization("auto-round", float(bits), int(group) if isinstance(group, int) else 0,
+                        bytes_per_weight=value, ignore=ignore, module_rules=tuple(rules),
+                        unmatched_unquantized=bool(blocks), why=why)
 
 
 def parse_quantization(q: Any, where: str = "config.json") -> Quantization:
@@ -305,8 +453,10 @@ def parse_quantization(q: Any, where: str = "config.json") -> Quantization:
     method = str(q.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors")
     if legacy or method.startswith("modelopt") or (producer == "modelopt" and not method):  # ModelOpt 0.31 inline
         return _modelopt(q, source)
-    if method in ("awq", "gptq", "auto-round", "auto_round", "intel/auto-round"):
-        return _int_group(q, "auto-round" if "round" in method else method)
+    if method in ("awq", "gptq"):
+        return _int_group(q, method)
+    if method in ("auto-round", "auto_round", "intel/auto-round"):
+        return _auto_round(q)
     if method == "fp8":
         return _fp8(q)
     if method == "compressed-tensors":

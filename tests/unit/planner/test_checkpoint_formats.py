@@ -215,3 +215,96 @@ def test_gemma4_moe_experts_are_nvfp4_and_its_dense_mlp_stays_bf16() -> None:
     per_gpu = max(weights_bytes_per_gpu(spec, 1, 1, 2, spec.quantization, 1))
     routed = 30 * 128 * 3 * 2816 * 704 * 0.5625
     assert routed < per_gpu < routed + 7e9  # experts in NVFP4; the rest (attention, embedding, vision) BF16
+
+
+# --- Per-module schemes: compressed-tensors targets, Quark layer configs, AutoRound extra_config ------------------
+
+QWEN35_W4A16 = "redhatai-qwen3.5-9b-quantized.w4a16"
+INT4_G128 = 0.5 + 2 / 128  # int4 + one BF16 scale per 128 (symmetric: no zero point)
+
+
+def _qwen35_with(quantization_config: dict[str, Any]):
+    """RedHatAI/Qwen3.5-9B-quantized.w4a16's real config.json with its quantization_config swapped: a probe of how
+    vLLM matches one format's per-module entries (the bytes each module gets), not a published size."""
+    config = json.loads((CHECKPOINTS / QWEN35_W4A16 / "config.json").read_text())
+    config["quantization_config"] = quantization_config
+    return parse_model_config(config)
+
+
+def _rates(spec: Any) -> dict[str, tuple[float, float]]:
+    """(mixer, MLP) bytes per parameter of a full-attention layer, a gated-delta layer and the MTP layer."""
+    full, linear = spec.layer_kinds.index("full"), spec.layer_kinds.index("mamba")
+    q = spec.quantization
+    return {name: layer_module_bytes(spec, q, layer, kind, 2.0)[:2]
+            for name, layer, kind in (("full", full, "full"), ("linear", linear, "mamba"),
+                                      ("mtp", spec.num_layers, "full"))}
+
+
+def test_compressed_tensors_qwen35_ignore_list_and_its_mtp_layer() -> None:
+    """The real release: one ``Linear`` group (int4, group 128); its ignore list keeps every linear_attn projection
+    and ``re:^mtp.*`` in BF16, which needs the MTP layer under vLLM's own name ``mtp.layers.0``
+    (models/qwen3_5_mtp.py:122, :234), not ``model.layers.32``."""
+    spec = spec_of(QWEN35_W4A16)
+    assert spec.quantization.module_rules == (("ct-name", "Linear", INT4_G128), ("ct-class", "Linear", INT4_G128))
+    assert _rates(spec) == {"full": (INT4_G128, INT4_G128), "linear": (2.0, INT4_G128), "mtp": (2.0, 2.0)}
+
+
+def test_qwen35_full_attention_counts_its_output_gate() -> None:
+    """Qwen3NextAttention's qkv_proj holds 2 x heads x head_dim query rows when ``attn_output_gate`` (vLLM 0.32
+    models/qwen3_next.py:315-320): 4096 x (2 x 16 x 256) for q, 4096 x 4 x 256 each for k and v, 16 x 256 x 4096 o."""
+    spec = spec_of(QWEN35_W4A16)
+    assert spec.attn_output_gate
+    assert spec.attention_params_per_layer(1, "full") == (4096 * 8192 + 4096 * 4096 + 2 * 4096 * 1024, 0.0)
+    config = json.loads((CHECKPOINTS / QWEN35_W4A16 / "config.json").read_text())
+    config["text_config"]["attn_output_gate"] = False
+    assert parse_model_config(config).attention_params_per_layer(1, "full")[0] == 4096 * 4096 * 2 + 2 * 4096 * 1024
+
+
+def test_compressed_tensors_modules_take_the_group_their_target_names() -> None:
+    """compressed-tensors (utils.py find_matched_target): a name or ``re:`` target first, then a class target; a module
+    no group targets is not quantized (compressed_tensors.py:172, UnquantizedLinearMethod)."""
+    real = spec_of(QWEN35_W4A16).quantization
+    config = json.loads((CHECKPOINTS / QWEN35_W4A16 / "config.json").read_text())["quantization_config"]
+    int4 = config["config_groups"]["group_0"]
+    fp8 = {"targets": ["re:.*self_attn.*"], "format": "float-quantized",
+           "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}}
+    both = {**config, "config_groups": {"group_0": {**int4, "targets": ["Linear"]}, "group_1": fp8}}
+    spec = _qwen35_with(both)
+    assert _rates(spec)["full"] == (1.0, INT4_G128)  # the regex names self_attn before the Linear class
+    assert spec.quantization.bytes_per_weight == real.bytes_per_weight  # the Linear group names the format
+    assert "group_1 (re:.*self_attn.*) 8 bits" in spec.quantization.why
+    mlp_only = {**config, "config_groups": {"group_0": {**int4, "targets": ["re:.*mlp.*"]}}}
+    assert _rates(_qwen35_with(mlp_only))["full"] == (2.0, INT4_G128)
+
+
+def test_quark_layer_quant_config_wins_over_the_global_one() -> None:
+    """Quark (quark.py:755-760, :779): the first ``layer_quant_config`` key matching the layer (fnmatch with ``*``),
+    else ``global_quant_config``; with no global weight the other modules stay unquantized."""
+    fp8 = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False}
+    mxfp4 = {"dtype": "fp4", "qscheme": "per_group", "group_size": 32, "is_dynamic": False}
+    quark = {"quant_method": "quark", "export": {"kv_cache_group": [], "pack_method": "reorder"},
+             "global_quant_config": {"weight": fp8}, "layer_quant_config": {"*mlp*": {"weight": mxfp4}},
+             "exclude": ["lm_head", "re:^mtp.*", "*linear_attn*"]}
+    rates = _rates(_qwen35_with(quark))
+    assert rates["full"] == (1.0, 0.5 + 1 / 32) and rates["linear"][0] == 2.0
+    no_global = {**quark, "global_quant_config": {"weight": None}}
+    spec = _qwen35_with(no_global)
+    assert _rates(spec)["full"] == (2.0, 0.5 + 1 / 32)
+    assert "other modules unquantized" in spec.quantization.why
+
+
+def test_auto_round_extra_config_and_quantized_blocks() -> None:
+    """AutoRound (vLLM ``inc``, inc/config_parser.py:160-200): an ``extra_config`` entry (exact, dotted suffix, regex;
+    16 bits = unquantized) before ``block_name_to_quantize``, outside which nothing is quantized; data types vLLM's
+    inc does not load are refused (inc.py:37-39)."""
+    base = {"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "data_type": "int",
+            "packing_format": "auto_round:auto_gptq"}
+    int4 = 0.5 + (2 + 0.5) / 128  # GPTQ packing: fp16 scale and a packed zero point per 128
+    assert _rates(_qwen35_with(base))["full"] == (int4, int4)
+    extra = {**base, "extra_config": {".*self_attn.*": {"bits": 16, "data_type": "float"}, "mtp.fc": {"bits": 16}},
+             "block_name_to_quantize": ["model.language_model.layers"]}
+    spec = _qwen35_with(extra)
+    assert _rates(spec) == {"full": (2.0, int4), "linear": (int4, int4), "mtp": (2.0, 2.0)}
+    assert "2 module(s) unquantized" in spec.quantization.why
+    with pytest.raises(ValueError, match=r"data_type 'nv_fp'.*not one vLLM 0.32/0.33 loads"):
+        _qwen35_with({**base, "data_type": "nv_fp"})

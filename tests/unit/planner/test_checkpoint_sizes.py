@@ -9,11 +9,12 @@ bytes on one GPU at that layout. What each published number includes beyond the 
 Published sizes per format (worst error in docs/sizing.md §2a): MXFP4 and block FP8 two each (above), AWQ two
 (solidrust Llama-3-8B, LDCC Qwen2.5-72B), GPTQ two (GSJL Qwen2.5-32B, obh07 Llama-3-8B), per-tensor FP8 two (amd
 Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT), compressed-tensors
-one (Kimi-K2.5 W4A16, the on-disk size vLLM's recipe states); and one unquantized
+two (Kimi-K2.5 W4A16, the on-disk size vLLM's recipe states; RedHatAI Qwen3.5-9B W4A16, its weight file and, on its
+own, its BF16 MTP file); and one unquantized
 hybrid, NVIDIA's vLLM load of Nemotron-3-Nano-30B-A3B-BF16 (the layout its NVFP4 sibling is sized on). A checkpoint that
 ships MTP layers vLLM loads only under speculative decoding is compared as weights + MTP layers (``includes_mtp``).
-Still without a published size found here: ModelOpt FP8, AutoRound, Quark, a second compressed-tensors (docs/sizing.md §2a
-says what was searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
+Still without a published size found here: ModelOpt FP8, AutoRound, Quark (docs/sizing.md §2a says what was
+searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def published_bytes(published: dict[str, Any]) -> float:
         return published["value_gib"] * GIB
     if kind == "hf_repo_total_gb":
         return published["value_gb"] * GB
+    if kind == "file_bytes":
+        return float(published["value_bytes"])
+    if kind == "file_bytes_range":  # a size printed with its last digits elided: the middle of the range
+        return (published["low_bytes"] + published["high_bytes"]) / 2
     raise AssertionError(f"unknown published kind {kind}")
 
 
@@ -70,6 +75,10 @@ CASES = [
     ("Llama-3-8B GPTQ files", "obh07-meta-llama-3-8b-instruct-gptq-4bit", "obh07-meta-llama-3-8b-instruct-gptq-4bit",
      "gptq"),
     ("Kimi-K2.5 compressed-tensors W4A16 repo", "kimi-k2.5", "kimi-k2.5", "ct-wna16"),
+    ("Qwen3.5-9B compressed-tensors W4A16 file", "redhatai-qwen3.5-9b-quantized.w4a16",
+     "redhatai-qwen3.5-9b-quantized.w4a16", "ct-wna16-g128"),
+    ("Qwen3.5-9B BF16 MTP file", "redhatai-qwen3.5-9b-quantized.w4a16-mtp", "redhatai-qwen3.5-9b-quantized.w4a16",
+     "ct-wna16-g128"),
     # Not a quantization format: NVIDIA's vLLM load of the BF16 Nemotron-H base the NVFP4 sibling is sized on.
     ("Nemotron-3-Nano-30B-A3B BF16 TP1 vLLM load", "nemotron-3-nano-30b-a3b-bf16-vllm-load",
      "../architectures/nemotron-3-nano-30b-a3b-bf16", "bf16-hybrid"),
@@ -86,6 +95,8 @@ FORMAT_CHECKS = {
     "modelopt-nvfp4": lambda q: q.method == "modelopt_fp4" and q.scheme == "NVFP4",
     "ct-wna16": lambda q: q.method == "compressed-tensors" and q.scheme == "wna16" and q.weight_bits == 4
     and q.bytes_per_weight == 0.5 + 2 / 32 and "re:.*self_attn.*" in q.ignore,
+    "ct-wna16-g128": lambda q: q.method == "compressed-tensors" and q.scheme == "wna16" and q.weight_bits == 4
+    and q.bytes_per_weight == 0.5 + 2 / 128 and "re:^mtp.*" in q.ignore,
     "bf16-hybrid": lambda q: q.method == "none",
 }
 
@@ -106,7 +117,10 @@ def test_planned_weights_match_the_published_size(key: str, fixture: str, fmt: s
     tp = published["tp"] if published["per_gpu"] else 1
     spec = spec_of(fixture)
     assert FORMAT_CHECKS[fmt](spec.quantization)
-    planned = planned_bytes(fixture, tp, with_mtp=published.get("includes_mtp", False))
+    if published.get("mtp_only"):
+        planned = float(mtp_bytes_per_gpu(spec, tp, 1, 2, spec.quantization, tp))
+    else:
+        planned = planned_bytes(fixture, tp, with_mtp=published.get("includes_mtp", False))
     expected = published_bytes(published)
     assert planned == pytest.approx(expected, rel=0.03), f"{planned / expected - 1:+.1%}"
 

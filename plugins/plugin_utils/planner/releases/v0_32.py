@@ -74,6 +74,23 @@ RELEASE = Release(
                                              "group_size = 16  # Default value"),
             "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
                                                   "if len(weight_block_size) != 2:"),
+            # Per-module schemes (quant_formats.py _rule_matches): compressed-tensors targets, Quark layer configs,
+            # AutoRound extra_config and quantized blocks.
+            "quant:ct_target_matching": Source("vllm/model_executor/layers/quantization/compressed_tensors/utils.py", 106,
+                                               108, "_find_first_match(module.__class__.__name__, targets, True)"),
+            "quant:ct_unmatched_unquantized": Source(
+                "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py", 172, 172,
+                "quant_method: LinearMethodBase = UnquantizedLinearMethod()"),
+            "quant:quark_layer_quant_config": Source("vllm/model_executor/layers/quantization/quark/quark.py", 757, 759,
+                                                     "matches = fnmatch.fnmatch(layer_name, name_pattern)"),
+            "quant:quark_global_fallback": Source("vllm/model_executor/layers/quantization/quark/quark.py", 779, 779,
+                                                  "layer_type_quant_config.get(layer_type, global_quant_config)"),
+            "quant:inc_extra_config": Source("vllm/model_executor/layers/quantization/inc/config_parser.py", 168, 168,
+                                             'if layer_name.endswith(f".{cfg_key}"):'),
+            "quant:inc_block_name_to_quantize": Source("vllm/model_executor/layers/quantization/inc/config_parser.py",
+                                                       172, 175, "layer_name.startswith(name)"),
+            "quant:inc_supported": Source("vllm/model_executor/layers/quantization/inc/inc.py", 37, 39,
+                                          'SUPPORTED_DTYPES = {"int", "mx_fp", "fp"}'),
             # Weights of Gemma 4 full-attention layers (model.py attention_params_per_layer).
             "weights:gemma4_per_layer_head_dim": Source("vllm/model_executor/models/gemma4.py", 578, 580,
                                                         "layer_config = config.per_layer_config[layer_idx]"),
