@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .hardware import CUBLAS_HANDLES_MIB, GIB, MIB, cc_tuple
-from .model import ModelSpec, mtp_bytes_per_gpu, stage_layers, weights_bytes_per_gpu
+from .model import ModelSpec, layer_module_bytes, mtp_bytes_per_gpu, stage_layers, weights_bytes_per_gpu
 from .multimodal import MultimodalProfile
 from .quant_formats import Quantization
 from .rules import cudagraph_capture_sizes
@@ -248,7 +248,9 @@ def eplb_bytes_per_stage(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, qu
     Scaled to the checkpoint's real size like the weights.
     """
     q = quant or spec.quantization
-    per_expert = 3 * spec.hidden_size * spec.moe_intermediate_size * q.linear_bytes_per_param(dense_bytes)
+    # The routed experts' own bytes per parameter (a per-module scheme may leave them unquantized).
+    expert_rate = layer_module_bytes(spec, q, spec.dense_layers, "full", float(dense_bytes))[2]
+    per_expert = 3 * spec.hidden_size * spec.moe_intermediate_size * expert_rate
     local_physical = (spec.num_experts + redundant) / expert_shards
     scale = checkpoint_scale(spec, dense_bytes, quant, weights_total_bytes) or 1.0
     result: list[int] = []
