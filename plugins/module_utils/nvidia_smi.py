@@ -11,7 +11,7 @@ The commands (run with ``LC_ALL=C``)::
     nvidia-smi                                                               -> parse_cuda_version()
     nvidia-smi topo -m            (only with 2 or more GPUs)                 -> parse_topology()
     nvidia-smi -L                 (only when a GPU has MIG enabled)          -> parse_mig_devices()
-    nvidia-smi -q -d PCIE         (optional: the PCIe link of each GPU)      -> parse_pcie_links()
+    nvidia-smi -q                 (optional: the PCIe link of each GPU)      -> parse_pcie_links()
     dmesg                         (optional: the kernel's NVRM Xid lines)    -> parse_xid_log()
     /proc/meminfo, nproc, lscpu, /sys/devices/system/node/online            -> build_host_facts()
 
@@ -82,8 +82,10 @@ QUERY_GPU_ARGS = ("--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheade
 TOPO_ARGS = ("topo", "-m")
 #: Arguments for the device list (shows MIG devices).
 LIST_ARGS = ("-L",)
-#: Arguments for the PCIe section of ``nvidia-smi -q`` (link generation and width, replays), per GPU.
-PCIE_ARGS = ("-q", "-d", "PCIE")
+#: Arguments for the full ``nvidia-smi -q`` whose PCI section holds each GPU's link generation and width and its
+#: replays. ``-q -d PCIE`` would be shorter but PCIE is no ``--display`` type: driver 580.159.04 answers it with
+#: "Failed to parse --display/-d flags" and exit 2 (tests/fixtures/gpu/h100_device/nvidia-smi-q-pcie.txt).
+PCIE_ARGS = ("-q",)
 
 # Values nvidia-smi prints for "no value" (with and without the brackets of the CSV format).
 _NOT_AVAILABLE = frozenset(

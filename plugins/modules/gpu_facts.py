@@ -12,7 +12,7 @@ version_added: "0.1.0"
 description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), plain C(nvidia-smi) (for the CUDA
     version), C(nvidia-smi topo -m) (with 2 GPUs or more), C(nvidia-smi -L) (when MIG is enabled) and
-    C(nvidia-smi -q -d PCIE) (each GPU's PCIe link generation, width and replays), reads the kernel's Xid lines
+    C(nvidia-smi -q) (each GPU's PCIe link generation, width and replays, from its PCI section), reads the kernel's Xid lines
     for each GPU from C(dmesg) (unknown, not 0, where the kernel log cannot be read), reads
     C(/proc/meminfo), C(/sys/devices/system/node/online), C(nproc) and C(lscpu), and returns
     C(ansible_facts.gpu) in the shape of CONTRACT 1 (docs/architecture.md), the planner's input.

@@ -46,7 +46,7 @@ class Host:
         if args == [DMESG]:
             return 0, read(self.name, "dmesg.txt") or "", ""
         assert args[0] == SMI
-        if tuple(args[1:]) == PCIE_ARGS:  # recorded as the whole -q text; a folder without it: a failed call
+        if tuple(args[1:]) == PCIE_ARGS:  # the whole -q text; a folder without it: a failed call
             text = read(self.name, "nvidia-smi-q.txt")
             return (0, text, "") if text is not None else (2, "Invalid combination of input arguments.", "")
         key, filename = {
@@ -108,6 +108,7 @@ def test_check_mode_gives_the_same_facts(host: Host, capsys: pytest.CaptureFixtu
     ("host", "expected"),
     [
         ("l4_x1", [[*QUERY_GPU_ARGS], [], [*PCIE_ARGS]]),
+        ("h100_device", [[*QUERY_GPU_ARGS], [], ["-q"]]),
         ("h200x2", [[*QUERY_GPU_ARGS], [], ["topo", "-m"], [*PCIE_ARGS]]),
         ("a100_80gb_mig", [[*QUERY_GPU_ARGS], [], ["-L"], [*PCIE_ARGS]]),
         ("cpu_only", []),

@@ -43,6 +43,7 @@ def test_every_sku_the_brief_names_has_a_fixture() -> None:
     assert {
         "h200x2",
         "h200_device",
+        "h100_device",
         "h100x8_nvswitch",
         "a100_40gb_x4",
         "a100_80gb_x8",
@@ -119,7 +120,7 @@ def test_device_capture_matches_the_module_run_there() -> None:
     check = load_json("h200_device", "module_result_check.json")
     assert normal["changed"] is False and check["changed"] is False
     assert normal["source"] == check["source"] == "nvidia-smi"
-    # The module there predates the PCIe link and Xid keys (it ran no -q -d PCIE and read no kernel log).
+    # The module there predates the PCIe link and Xid keys (it ran no -q and read no kernel log).
     for gpu in facts["gpus"]:
         for key in NEW_GPU_KEYS:
             del gpu[key]
@@ -127,6 +128,21 @@ def test_device_capture_matches_the_module_run_there() -> None:
     assert check["ansible_facts"]["gpu"]["gpus"] == facts["gpus"]
     assert normal["raw"]["query_gpu"] == read("h200_device", "query-gpu.csv")
     assert normal["raw"]["topo"] == read("h200_device", "topo.txt")
+
+
+def test_real_h100_capture_reads_the_pcie_link_from_the_full_query() -> None:
+    """tests/fixtures/gpu/h100_device (real, 2026-12-06): driver 580 refuses ``nvidia-smi -q -d PCIE`` (PCIE is no
+    --display type), so the module asks for the whole ``-q``, whose PCI section has the link: gen 5 of 5, x16 of x16,
+    no replays; the kernel log's NVRM lines hold no Xid."""
+    assert n.PCIE_ARGS == ("-q",)
+    assert read("h100_device", "nvidia-smi-q-pcie.txt").startswith("Failed to parse --display/-d flags")
+    facts = facts_from_fixture("h100_device")
+    (gpu,) = facts["gpus"]
+    assert (gpu["name"], gpu["memory_total_mib"], gpu["compute_capability"]) == ("NVIDIA H100 80GB HBM3", 81559, "9.0")
+    link = {key: gpu[key] for key in NEW_GPU_KEYS}
+    assert link == {"pcie_link_gen_max": 5, "pcie_link_gen_current": 5, "pcie_link_width_max": 16,
+                    "pcie_link_width_current": 16, "pcie_replays": 0, "xid_errors": 0, "xid_codes": []}
+    assert n.parse_pcie_links(read("h100_device", "nvidia-smi-q-pcie.txt") or "") == {}
 
 
 def test_mig_fixture() -> None:

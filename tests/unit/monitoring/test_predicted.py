@@ -135,7 +135,7 @@ def test_a_slow_host_among_identical_ones_is_flagged_with_what_differs() -> None
 
 
 def test_a_narrow_pcie_link_and_xid_errors_are_named_and_an_idle_link_generation_is_not() -> None:
-    """gpu_facts' PCIe link (nvidia-smi -q -d PCIE) and Xid count (the kernel log) reach the outlier's reason; the
+    """gpu_facts' PCIe link (nvidia-smi -q) and Xid count (the kernel log) reach the outlier's reason; the
     current generation, lowered while a GPU idles, and replay counters, which differ between healthy GPUs, do not."""
     link = {"pcie_link_gen_max": 5, "pcie_link_width_max": 16, "pcie_link_width_current": 16, "xid_errors": 0,
             "xid_codes": []}  # fmt: skip
