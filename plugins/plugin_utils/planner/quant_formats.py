@@ -323,7 +323,7 @@ def _compressed_tensors(q: dict[str, Any]) -> Quantization:
                   + [("ct-class", t, v) for t, v in per_target.items() if not t.startswith("re:")])
     value, scheme, why, _covers, bits = best
     more = (f"; per module, the config group vLLM matches: {'; '.join(parts)}; other modules unquantized"
-            if len(parts) > 1 else "")
+            if len(parts) > 1 or "Linear" not in per_target else "")
     return Quantization("compressed-tensors", bits, 0, scheme=scheme, bytes_per_weight=value, ignore=ignore,
                         block_fp8="block" in why, module_rules=rules, unmatched_unquantized=True,
                         why=f"compressed-tensors {why}{more}")

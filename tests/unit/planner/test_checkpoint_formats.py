@@ -274,7 +274,9 @@ def test_compressed_tensors_modules_take_the_group_their_target_names() -> None:
     assert spec.quantization.bytes_per_weight == real.bytes_per_weight  # the Linear group names the format
     assert "group_1 (re:.*self_attn.*) 8 bits" in spec.quantization.why
     mlp_only = {**config, "config_groups": {"group_0": {**int4, "targets": ["re:.*mlp.*"]}}}
-    assert _rates(_qwen35_with(mlp_only))["full"] == (2.0, INT4_G128)
+    mlp_spec = _qwen35_with(mlp_only)
+    assert _rates(mlp_spec)["full"] == (2.0, INT4_G128)
+    assert mlp_spec.quantization.why.endswith("other modules unquantized")
 
 
 def test_quark_layer_quant_config_wins_over_the_global_one() -> None:
