@@ -141,8 +141,15 @@ def test_real_h100_capture_reads_the_pcie_link_from_the_full_query() -> None:
     assert (gpu["name"], gpu["memory_total_mib"], gpu["compute_capability"]) == ("NVIDIA H100 80GB HBM3", 81559, "9.0")
     link = {key: gpu[key] for key in NEW_GPU_KEYS}
     assert link == {"pcie_link_gen_max": 5, "pcie_link_gen_current": 5, "pcie_link_width_max": 16,
-                    "pcie_link_width_current": 16, "pcie_replays": 0, "xid_errors": 0, "xid_codes": []}
+                    "pcie_link_width_current": 16, "pcie_replays": 1, "xid_errors": 0, "xid_codes": []}
     assert n.parse_pcie_links(read("h100_device", "nvidia-smi-q-pcie.txt") or "") == {}
+    # The fixed module ran there through Ansible on these raw outputs: the same facts, PCIe link included.
+    normal = load_json("h100_device", "module_result.json")
+    check = load_json("h100_device", "module_result_check.json")
+    assert normal["changed"] is False and check["changed"] is False
+    assert normal["ansible_facts"]["gpu"] == facts
+    assert check["ansible_facts"]["gpu"]["gpus"] == facts["gpus"]
+    assert normal["raw"]["pcie"] == read("h100_device", "nvidia-smi-q.txt")
 
 
 def test_mig_fixture() -> None:
