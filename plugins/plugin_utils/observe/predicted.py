@@ -28,6 +28,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.perf impo
     CpuLaneCalibration,
     PerfError,
     Workload,
+    fit_cpu_lane,
     predict_cpu_lane,
     predict_for_plan,
 )
@@ -91,15 +92,22 @@ def _predict_cpu_levels(model_config: Mapping[str, Any] | None, plan: Mapping[st
     if not model_config:
         return {}, "no prediction: the model's config.json is not on the controller (vllm_fleet_model is not a path)"
     row = summary[str(usable[0])]
+    ttft, e2el = float(row["p50_ttft_ms"]), float(row["p50_e2el_ms"])
+
+    def workload(level: int) -> Workload:
+        return Workload("random", input_len, output_len, prompts_for(level, prompts_per_level), level)
+
     try:
-        cal = CpuLaneCalibration.from_level(usable[0], float(row["p50_ttft_ms"]), float(row["p50_e2el_ms"]),
-                                            input_len, output_len)
-        out = {str(level): predict_cpu_lane(dict(model_config), dict(plan), cal, Workload(
-            "random", input_len, output_len, prompts_for(level, prompts_per_level), level))
-            for level in sorted(set(levels))}
+        first = CpuLaneCalibration.from_level(usable[0], ttft, e2el, input_len, output_len)
+        cal = fit_cpu_lane(dict(model_config), dict(plan), first, workload(usable[0]), ttft, e2el)
+        out = {str(level): predict_cpu_lane(dict(model_config), dict(plan), cal, workload(level))
+               for level in sorted(set(levels))}
     except (PerfError, ValueError, KeyError) as exc:
         return {}, f"no prediction: {exc}"
-    return out, CPU_LANE_NOTE.format(level=cal.level, step_ms=cal.step_s * 1000, token_ms=cal.per_token_s * 1000)
+    note = CPU_LANE_NOTE.format(level=cal.level, step_ms=cal.step_s * 1000, token_ms=cal.per_token_s * 1000)
+    if cal.request_s:
+        note += f"; each request also spends {cal.request_s * 1000:.1f} ms before its first step (its TTFT's excess)"
+    return out, note
 
 
 def ratios(summary: Mapping[str, Mapping[str, float]], predicted: Mapping[str, Mapping[str, float]]

@@ -292,6 +292,7 @@ class CpuLaneCalibration:
     step_s: float
     per_token_s: float
     level: int
+    request_s: float = 0.0  # a request's time outside the engine's steps (HTTP, tokenising), where the level shows one
 
     @classmethod
     def from_level(cls, level: int, ttft_ms: float, e2el_ms: float, input_len: int, output_len: int
@@ -330,8 +331,50 @@ def predict_cpu_lane(model_config: dict[str, Any], plan: dict[str, Any], calibra
     args = plan["engine_args"]
     pred = plan["prediction"]
     m = cpu_lane_step_model(parse_model_config(model_config), calibration)
-    return _simulated(m, workload, int(args.get("max-num-seqs") or 256), int(args.get("max-num-batched-tokens") or 8192),
-                      int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
+    got = _simulated(m, workload, int(args.get("max-num-seqs") or 256), int(args.get("max-num-batched-tokens") or 8192),
+                     int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
+    extra_ms = calibration.request_s * 1000
+    if extra_ms:  # every request waits that long once, before its first token; each client's loop stretches by it
+        stretch = got["mean_e2el_ms"] / (got["mean_e2el_ms"] + extra_ms)
+        for key in RESULT_KEYS:
+            if key.endswith(("_ttft_ms", "_e2el_ms")):
+                got[key] = round(got[key] + extra_ms, 3)
+            elif key.endswith("_throughput"):
+                got[key] = round(got[key] * stretch, 3)
+    return got
+
+
+def fit_cpu_lane(model_config: dict[str, Any], plan: dict[str, Any], first: CpuLaneCalibration,
+                 workload: Workload, ttft_ms: float, e2el_ms: float) -> CpuLaneCalibration:
+    """The calibration that gives the level's own median TTFT and E2EL back through the simulation itself.
+
+    ``first`` (:meth:`CpuLaneCalibration.from_level`) treats every token alike; the simulation also charges attention
+    over the context and runs the prompt as one step. At the calibration level each step costs ``step_s`` plus its
+    work / rate, linear in both, so two unit runs and a 2 x 2 solve give the pair that reproduces both medians.
+    Where the pair would need a negative fixed cost (decode steps far cheaper than the prompt's: a loaded host's
+    TTFT holds time outside the engine's steps), the steps get no fixed cost and that excess becomes the
+    request's own time (``request_s``); where nothing fits, ``first`` stays.
+    """
+    def medians(step_s: float, per_token_s: float) -> tuple[float, float]:
+        got = predict_cpu_lane(model_config, plan, CpuLaneCalibration(step_s, per_token_s, first.level), workload)
+        return got["median_ttft_ms"], got["median_e2el_ms"]
+
+    unit = 1e-3
+    t1, e1 = medians(unit, 0.0)  # fixed cost only
+    t2, e2 = medians(0.0, unit)  # work only
+    det = t1 * e2 - t2 * e1
+    if not det:
+        return first
+    a = (ttft_ms * e2 - t2 * e2el_ms) / det
+    b = (t1 * e2el_ms - ttft_ms * e1) / det
+    if a >= 0 and b >= 0:
+        return CpuLaneCalibration(step_s=a * unit, per_token_s=b * unit, level=first.level)
+    if a < 0 < e2 - t2:  # decoding is cheaper than the prompt's steps say: no fixed cost per step, the rest of the
+        b = (e2el_ms - ttft_ms) / (e2 - t2)  # TTFT is the request's time before its first step
+        request_ms = ttft_ms - b * t2
+        if b > 0 and request_ms >= 0:
+            return CpuLaneCalibration(step_s=0.0, per_token_s=b * unit, level=first.level, request_s=request_ms / 1000)
+    return first
 
 
 # --- the scheduler simulation -------------------------------------------------------------------------------------
