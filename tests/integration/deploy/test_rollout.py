@@ -107,6 +107,17 @@ class Load:
         for thread in self.threads:
             thread.join(timeout=150)
 
+    def sent(self) -> int:
+        with self.lock:
+            return len(self.latencies) + len(self.failures)
+
+    def until_sent(self, count: int, timeout_s: float = 90.0) -> None:
+        """Keep the traffic on until ``count`` requests were sent (a rollout that ran fast on an idle machine still
+        leaves a sample of that size behind its zero-failure figure), at most ``timeout_s`` more."""
+        deadline = time.monotonic() + timeout_s
+        while self.sent() < count and time.monotonic() < deadline:
+            time.sleep(0.5)
+
     def report(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None
@@ -255,6 +266,7 @@ def test_rolling_update_drops_no_request(lab: Lab) -> None:
     with LbWatch() as watch, Load() as load:
         result = lab.play("-e", _engine_args(max_num_seqs=4))
         time.sleep(10)  # the last batch back in rotation takes new sessions
+        load.until_sent(1000)
     elapsed = time.monotonic() - start
     figures = load.report()
     periods = watch.out_periods(set_out=True)
