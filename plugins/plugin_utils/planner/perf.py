@@ -34,7 +34,7 @@ import math
 import random
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .hardware import GIB, GpuRates
 from .model import ModelSpec
@@ -154,6 +154,8 @@ class StepModel:
     act_bytes: int = 2
     eager: bool = False
     stage_layers: int = 0
+    # Attention layers per stage (None: every layer): a hybrid's Mamba / gated-delta layers read no KV context.
+    attn_layers: float | None = None
     # A step's fixed cost (s) measured on the host instead of STEP_OVERHEAD_S (+ eager launches): the CPU lane.
     overhead_s: float | None = None
 
@@ -180,7 +182,8 @@ def compute_time(m: StepModel, decode: int, ctx: float, prefill: int, prefill_ct
     """
     tokens = decode + prefill
     linear = tokens * m.active_flops_per_token
-    attn = 4.0 * m.stage_layers * m.attn_width / m.tp * (decode * ctx + prefill * prefill_ctx)
+    layers = m.stage_layers if m.attn_layers is None else m.attn_layers
+    attn = 4.0 * layers * m.attn_width / m.tp * (decode * ctx + prefill * prefill_ctx)
     return (linear + attn) / m.flops
 
 
@@ -212,30 +215,40 @@ def step_time(m: StepModel, decode: int, ctx: float, prefill: int = 0, prefill_c
     return m.pp * stage + hop + overhead
 
 
-def _param_counts(spec: ModelSpec) -> tuple[float, float, float]:
-    """(non-expert params, params of one routed expert of one layer, active params per token)."""
-    h, hd = spec.hidden_size, spec.head_dim
-    if spec.mla:
-        q = (h * spec.q_lora_rank + spec.q_lora_rank * spec.num_heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim)
-             if spec.q_lora_rank else h * spec.num_heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim))
-        kv = h * (spec.kv_lora_rank + spec.qk_rope_head_dim) + spec.kv_lora_rank * spec.num_heads * (
-            spec.qk_nope_head_dim + spec.v_head_dim)
-        attn = q + kv + spec.num_heads * spec.v_head_dim * h
-    else:
-        attn = h * hd * (spec.num_heads + 2 * spec.num_kv_heads) + spec.num_heads * hd * h
-    mats = 3 if spec.gated_mlp else 2
-    embed = spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2)
-    layers = spec.num_layers
-    if not spec.is_moe:
-        dense = layers * (attn + mats * h * spec.intermediate_size) + embed
-        return dense, 0.0, dense - spec.vocab_size * h * (0 if spec.tie_word_embeddings else 1)
-    moe_layers = layers - spec.dense_layers
-    expert = mats * h * spec.moe_intermediate_size
-    shared = mats * h * spec.shared_expert_intermediate_size
-    dense = layers * attn + spec.dense_layers * mats * h * spec.intermediate_size + moe_layers * shared + embed
-    active = dense + moe_layers * spec.experts_per_token * expert - spec.vocab_size * h * (
-        0 if spec.tie_word_embeddings else 1)
-    return dense, expert, active
+class _Params(NamedTuple):
+    dense: float  # non-expert params (attention / mixers, dense MLPs, shared experts, routers, embeddings)
+    expert: float  # one routed expert of one layer
+    active: float  # params a token's step multiplies
+    moe_layers: int  # layers with routed experts
+
+
+def _param_counts(spec: ModelSpec) -> _Params:
+    """The model's parameters as the performance model uses them.
+
+    Counted from the memory model's own per-layer parameters (:class:`ModelSpec`, one home for a model's shape),
+    layer by layer of its kinds: attention (MLA, an output-gated Qwen3-Next q_proj, Gemma 4's full layers), Mamba /
+    gated-delta mixers, MLP-only and mixer-only blocks (Nemotron-H), norms. The vision tower is left out (not read by a
+    text token's step), and so is the input embedding from the active count (a lookup, no matmul).
+    """
+    dense = expert = 0.0
+    moe_layers = 0
+    for layer, kind in enumerate(spec.layer_kinds):
+        if kind == "mamba":
+            dense += spec.mamba_params_per_layer()
+        elif kind != "mlp":
+            dense += sum(spec.attention_params_per_layer(1, kind))
+        if spec.single_block_layers and kind != "mlp":
+            dense += spec.hidden_size  # a Nemotron-H mixer block: one norm, no MLP
+            continue
+        experts, rest = spec.mlp_params_per_layer(layer)
+        dense += rest + 2 * spec.hidden_size  # + the layer's two norms
+        if experts:
+            expert = experts / spec.num_experts
+            moe_layers += 1
+    emb, head = spec.embedding_params()
+    dense += emb + head
+    active = dense - (emb if head else 0.0) + moe_layers * spec.experts_per_token * expert
+    return _Params(dense, expert, active, moe_layers)
 
 
 def _tensor_rate(rates: GpuRates, spec: ModelSpec, quantization: str) -> float:
@@ -253,8 +266,7 @@ def step_model(spec: ModelSpec, plan: dict[str, Any], rates: GpuRates) -> StepMo
     dp = int(par.get("data_parallel_size", 1) or 1)
     ep = tp * dp if args.get("enable-expert-parallel") and spec.is_moe else 1
     weights = float(plan["memory_gib"]["weights"]) * GIB
-    dense, expert, active = _param_counts(spec)
-    moe_layers = spec.num_layers - spec.dense_layers if spec.is_moe else 0
+    dense, expert, active, moe_layers = _param_counts(spec)
     total = dense + moe_layers * spec.num_experts * expert
     bytes_per_param = weights * tp * pp * (ep // max(tp, 1) if ep > 1 else 1) / total if total else 2.0
     bytes_per_param = max(bytes_per_param, 0.25)
@@ -276,7 +288,8 @@ def step_model(spec: ModelSpec, plan: dict[str, Any], rates: GpuRates) -> StepMo
         bandwidth=rates.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY,
         flops=_tensor_rate(rates, spec, str(args.get("quantization") or "")),
         link=max(rates.link_gbs, 1.0) * 1e9 * LINK_EFFICIENCY, tp=tp, pp=pp, ep=ep,
-        eager=bool(args.get("enforce-eager")), stage_layers=max(spec.num_layers // pp, 1))
+        eager=bool(args.get("enforce-eager")), stage_layers=max(spec.num_layers // pp, 1),
+        attn_layers=spec.attention_layers / pp)
 
 
 @dataclass(frozen=True)
@@ -310,14 +323,14 @@ def cpu_lane_step_model(spec: ModelSpec, calibration: CpuLaneCalibration) -> Ste
     """A CPU-lane plan's step model: the calibration's fixed cost per step and cost per token (as a compute rate
     over the model's own FLOPs per token, so attention's share grows with the context as on a GPU); no memory or
     link term (the weights and KV sit in the host's memory; one process, no TP)."""
-    _dense, _expert, active = _param_counts(spec)
+    active = _param_counts(spec).active
     flops_per_token = 2.0 * active
     return StepModel(
         layers=spec.num_layers, hidden=spec.hidden_size, attn_width=spec.num_heads * spec.head_dim, dense_bytes=0.0,
         expert_bytes=0.0, experts_per_gpu=spec.num_experts, moe_layers=0, top_k=spec.experts_per_token,
         num_experts=spec.num_experts, active_flops_per_token=flops_per_token, kv_bytes_per_token=0.0,
         bandwidth=math.inf, flops=flops_per_token / calibration.per_token_s if calibration.per_token_s else math.inf,
-        link=math.inf, stage_layers=spec.num_layers, overhead_s=calibration.step_s)
+        link=math.inf, stage_layers=spec.num_layers, attn_layers=spec.attention_layers, overhead_s=calibration.step_s)
 
 
 def predict_cpu_lane(model_config: dict[str, Any], plan: dict[str, Any], calibration: CpuLaneCalibration,

@@ -12,7 +12,13 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.hardware 
     GPU_CATALOGUE,
     GPU_RATES,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import (
+    ModelSpec,
+    parse_model_config,
+    weights_bytes_per_gpu,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_files import plan_for_model
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.quant_formats import Quantization
 
 from vllm_fleet.cli import main
 
@@ -216,3 +222,61 @@ def test_replayed_lengths_are_sent_as_published() -> None:
     assert got["mean_e2el_ms"] > got["mean_ttft_ms"] + 9 * perf.step_time(m, 1, 100) * 1000 * 0.99
     # an empty completion (0 tokens in a result file) is replayed as one token
     assert perf.Workload("sharegpt", pairs=((5, 0),)).lengths() == [(5, 1)]
+
+
+ARCH = ROOT / "tests/fixtures/planner/architectures"
+MODELS = ROOT / "tests/fixtures/planner/models"
+CHECKPOINTS = ROOT / "tests/fixtures/planner/checkpoints"
+
+
+def _plan(config_dir: Path, gpus: int = 1) -> dict[str, object]:
+    return plan_for_model({"gpus": [{"name": H100, "memory_total_mib": 81559}] * gpus}, str(config_dir))
+
+
+def _spec(config_dir: Path) -> ModelSpec:
+    return parse_model_config(json.loads((config_dir / "config.json").read_text()))
+
+
+@pytest.mark.parametrize("config_dir", [
+    ARCH / "nemotron-3-nano-30b-a3b-bf16",  # Mamba-2 + MoE + attention single blocks
+    ARCH / "nemotron-h-56b-base-8k",  # Mamba-2 + MLP + attention single blocks
+    ARCH / "qwen3.5-27b",  # gated delta + output-gated full attention, vision tower
+    ARCH / "qwen3.6-35b-a3b-nvfp4",  # the same, MoE
+    ARCH / "gemma-4-26b-a4b",  # sliding + full layers of their own head shape, MoE beside a dense MLP
+    CHECKPOINTS / "deepseek-v3",  # MLA, leading dense layers, shared expert
+    MODELS / "llama-3.1-8b",
+])  # fmt: skip
+def test_performance_params_are_the_memory_models(config_dir: Path) -> None:
+    # one home for a model's shape: the FLOPs and bytes a step is timed from count the parameters the weights are
+    # sized from (BF16, no quantization), less the vision tower a text step does not read
+    spec = _spec(config_dir)
+    params = perf._param_counts(spec)
+    sized = sum(weights_bytes_per_gpu(spec, 1, 1, 2, Quantization("none"))) / 2 - spec.vision_params
+    assert params.dense + params.moe_layers * spec.num_experts * params.expert == pytest.approx(sized, rel=1e-9)
+
+
+def test_hybrid_params_match_the_published_counts() -> None:
+    # NVIDIA Nemotron-3-Nano-30B-A3B: "31.6 billion total parameters but only uses about 3.6 billion at a time"
+    # (tests/fixtures/planner/architectures/SOURCES.json). The performance model had counted every layer as
+    # attention + MLP: 69.4 B total, 5.7 B active. Active here is what a token multiplies; the published figure also
+    # counts the input embedding it looks up.
+    source = json.loads((ARCH / "SOURCES.json").read_text())["nemotron-3-nano-30b-a3b-bf16"]["published"]
+    spec = _spec(ARCH / "nemotron-3-nano-30b-a3b-bf16")
+    params = perf._param_counts(spec)
+    total = params.dense + params.moe_layers * spec.num_experts * params.expert
+    assert total == pytest.approx(source["params_total"], abs=0.05e9)
+    assert params.active + spec.embedding_params()[0] == pytest.approx(3.6e9, abs=0.1e9)
+    # "23 Mamba-2 and MoE layers, along with 6 Attention layers": the routed experts sit in 23 of its 52 blocks
+    assert "23 Mamba-2 and MoE layers" in source["layers_line"] and params.moe_layers == 23
+    assert perf.step_model(spec, _plan(ARCH / "nemotron-3-nano-30b-a3b-bf16", 2), GPU_RATES["H100-SXM"]).moe_layers == 23
+
+
+def test_hybrid_attention_reads_context_only_in_its_attention_layers() -> None:
+    # Qwen3.5-27B: 16 of its 64 layers are full attention, the rest gated delta (fixed-size state, no KV context)
+    spec = _spec(ARCH / "qwen3.5-27b")
+    assert spec.attention_layers == 16 and spec.num_layers == 64
+    m = perf.step_model(spec, _plan(ARCH / "qwen3.5-27b"), GPU_RATES["H100-SXM"])
+    assert m.attn_layers == 16
+    long_ctx = perf.compute_time(m, 1, 100_000.0, 0) - perf.compute_time(m, 1, 0.0, 0)
+    every_layer = perf.compute_time(perf.StepModel(**{**m.__dict__, "attn_layers": None}), 1, 100_000.0, 0)
+    assert every_layer - perf.compute_time(m, 1, 0.0, 0) == pytest.approx(4 * long_ctx)
