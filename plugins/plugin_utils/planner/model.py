@@ -20,7 +20,7 @@ from .layer_kinds import (
     layer_kinds,
     state_shape,
 )
-from .multimodal import VisionSpec, parse_vision
+from .multimodal import VisionSpec, parse_vision, qwen3_vl_tower_params
 from .quant_formats import QuantFormatError, Quantization, parse_quantization
 
 
@@ -349,6 +349,9 @@ def _vision_params(outer: dict[str, Any], hidden: int) -> int:
     vision = outer.get("vision_config")
     if not isinstance(vision, dict):
         return 0
+    spec = parse_vision(outer)
+    if spec is not None and spec.family == "qwen3-vl" and "out_hidden_size" in vision and "depth" in vision:
+        return qwen3_vl_tower_params(vision)  # counted module by module from vLLM's tower
     # Kimi-K2.5's MoonViT names them vt_*; vLLM aliases them to hidden_size / num_hidden_layers / intermediate_size
     # (rule weights:kimi_vit_vt_aliases, 0.32/0.33 transformers_utils/configs/kimi_k3.py:79-83) and builds the encoder
     # from those (models/kimi_k25_vit.py:742-748).

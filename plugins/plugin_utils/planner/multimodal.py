@@ -100,6 +100,35 @@ class MultimodalProfile:
         return self.encoder_budget > 0
 
 
+def qwen3_vl_tower_params(vision: dict[str, Any]) -> int:
+    """Parameters of vLLM's ``Qwen3_VisionTransformer``, the tower of Qwen3-VL, Qwen3-VL-MoE, Qwen3.5 and Qwen3.6
+    (vLLM 0.32 and 0.33 models/qwen3_vl.py: built by :2011, qwen3_5.py:514 / :737 and qwen3_vl_moe.py's subclass):
+
+    - ``patch_embed``: a Conv3d of ``in_channels x temporal_patch_size x patch_size^2`` into ``hidden_size``, with
+      bias (:392-398); ``pos_embed``: ``num_position_embeddings x hidden_size`` (:617);
+    - ``depth`` blocks (:664): two LayerNorms, attention ``qkv`` (3h x h + bias) and ``proj`` (h x h + bias)
+      (qwen2_5_vl.py ``Qwen2_5_VisionAttention``), an MLP ``linear_fc1`` / ``linear_fc2`` over ``intermediate_size``
+      with biases (:478-484);
+    - the ``merger`` (:635) and one more per ``deepstack_visual_indexes`` entry (:644): ``spatial_merge_size^2``
+      patches concatenated (:522, 4h), a LayerNorm (of h, or of 4h after the shuffle for the deepstack ones),
+      ``linear_fc1`` 4h x 4h and ``linear_fc2`` 4h x ``out_hidden_size``, with biases.
+    """
+    h = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    merged = h * int(vision.get("spatial_merge_size") or 2) ** 2
+    out = int(vision["out_hidden_size"])
+    patch = int(vision.get("patch_size") or 16)
+    patch_embed = int(vision.get("in_channels") or 3) * int(vision.get("temporal_patch_size") or 2) * patch * patch * h
+    embeddings = patch_embed + h + int(vision.get("num_position_embeddings") or 0) * h
+    block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inter + inter) + (inter * h + h)
+
+    def merger(norm: int) -> int:
+        return 2 * norm + merged * merged + merged + merged * out + out
+
+    deepstack = len(vision.get("deepstack_visual_indexes") or ())
+    return embeddings + int(vision["depth"]) * block + merger(h) + deepstack * merger(merged)
+
+
 def _modalities(vision: VisionSpec) -> tuple[str, ...]:
     """The modalities the tower takes: the Qwen-VL families take video too."""
     return ("image", "video") if vision.family in ("qwen-vl", "qwen3-vl") else ("image",)

@@ -11,7 +11,8 @@ Published sizes per format (worst error in docs/sizing.md §2a): MXFP4 and block
 Llama-3.1-8B/70B-FP8-KV), ModelOpt NVFP4 two (Qwen3.6-35B-A3B mixed precision, Gemma-4-31B-IT), compressed-tensors
 two (Kimi-K2.5 W4A16, the on-disk size vLLM's recipe states; RedHatAI Qwen3.5-9B W4A16, its weight file and, on its
 own, its BF16 MTP file); and one unquantized
-hybrid, NVIDIA's vLLM load of Nemotron-3-Nano-30B-A3B-BF16 (the layout its NVFP4 sibling is sized on). A checkpoint that
+hybrid, NVIDIA's vLLM load of Nemotron-3-Nano-30B-A3B-BF16 (the layout its NVFP4 sibling is sized on), and one
+unquantized vision-language MoE, a public vLLM 0.11 load of Qwen3-VL-30B-A3B at TP 4. A checkpoint that
 ships MTP layers vLLM loads only under speculative decoding is compared as weights + MTP layers (``includes_mtp``).
 Still without a published size found here: ModelOpt FP8, AutoRound, Quark (docs/sizing.md §2a says what was
 searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
@@ -19,11 +20,13 @@ searched); bitsandbytes is refused by vLLM 0.32/0.33 core.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model import (
     mtp_bytes_per_gpu,
+    parse_model_config,
     weights_bytes_per_gpu,
 )
 
@@ -82,6 +85,9 @@ CASES = [
     # Not a quantization format: NVIDIA's vLLM load of the BF16 Nemotron-H base the NVFP4 sibling is sized on.
     ("Nemotron-3-Nano-30B-A3B BF16 TP1 vLLM load", "nemotron-3-nano-30b-a3b-bf16-vllm-load",
      "../architectures/nemotron-3-nano-30b-a3b-bf16", "bf16-hybrid"),
+    # Nor this: a vLLM 0.11 load of the BF16 Qwen3-VL-MoE at TP 4, its vision tower and 3 deepstack mergers.
+    ("Qwen3-VL-30B-A3B BF16 TP4 vLLM load", "qwen3-vl-30b-a3b-instruct-vllm-load-tp4",
+     "../architectures/qwen3-vl-30b-a3b-instruct", "bf16-vl"),
 ]
 
 #: How each format shows in the parsed spec (the case must be what its label says).
@@ -98,6 +104,7 @@ FORMAT_CHECKS = {
     "ct-wna16-g128": lambda q: q.method == "compressed-tensors" and q.scheme == "wna16" and q.weight_bits == 4
     and q.bytes_per_weight == 0.5 + 2 / 128 and "re:^mtp.*" in q.ignore,
     "bf16-hybrid": lambda q: q.method == "none",
+    "bf16-vl": lambda q: q.method == "none",
 }
 
 
@@ -138,3 +145,21 @@ def test_kimi_k25_vision_tower_is_read_from_its_vt_keys() -> None:
     vision = spec_of("kimi-k2.5").vision_params
     blocks = 27 * (4 * 1152 * 1152 + 2 * 1152 * 4304)
     assert vision == blocks + 1152 * 7168 + 7168 * 7168
+
+
+def test_qwen3_vl_vision_tower_counted_module_by_module() -> None:
+    """The Qwen3.5-9B release's one weight file is known to the byte but for its last six digits (SOURCES.json:
+    10,952,xxx,xxx B). Its BF16 vision tower (27 blocks) was sized by the generic ViT formula (4h^2 + 2hI per block
+    plus a two-matrix projector), 23.4 M parameters short of vLLM's ``Qwen3_VisionTransformer`` (patch and position
+    embeddings, biases, LayerNorms and a merger over 2x2 merged patches: multimodal.qwen3_vl_tower_params): -0.45 %.
+    Counted module by module the file comes within 0.1 %."""
+    key = fixture = "redhatai-qwen3.5-9b-quantized.w4a16"
+    expected = published_bytes(SOURCES[key]["published"])
+    assert planned_bytes(fixture) == pytest.approx(expected, rel=0.001), f"{planned_bytes(fixture) / expected - 1:+.3%}"
+    # Qwen3-VL adds one merger per deepstack_visual_indexes entry ([8, 16, 24] here), each normalised after the
+    # 2x2 shuffle: LayerNorm(4h) + 4h x 4h + 4h x out_hidden_size, with biases (h 1152 -> 4h 4608, out 2048)
+    config = json.loads((CHECKPOINTS / "../architectures/qwen3-vl-30b-a3b-instruct/config.json").read_text())
+    assert config["vision_config"]["deepstack_visual_indexes"] == [8, 16, 24]
+    flat = {**config, "vision_config": {**config["vision_config"], "deepstack_visual_indexes": []}}
+    added = parse_model_config(config).vision_params - parse_model_config(flat).vision_params
+    assert added == 3 * (2 * 4608 + 4608 * 4608 + 4608 + 4608 * 2048 + 2048)

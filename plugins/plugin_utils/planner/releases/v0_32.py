@@ -101,6 +101,12 @@ RELEASE = Release(
             # Kimi-K2.5's MoonViT shape keys (model._vision_params): vt_* aliased to hidden_size & co.
             "weights:kimi_vit_vt_aliases": Source("vllm/transformers_utils/configs/kimi_k3.py", 79, 83,
                                                   "self.hidden_size = vt_hidden_size"),
+            # Qwen3-VL / Qwen3.5 / Qwen3.6's vision tower counted module by module (multimodal.qwen3_vl_tower_params):
+            # the merger takes spatial_merge_size^2 patches, and one more merger per deepstack_visual_indexes entry.
+            "weights:qwen3_vl_merger_width": Source("vllm/model_executor/models/qwen3_vl.py", 522, 522,
+                                                    "self.hidden_size = context_dim * (spatial_merge_size**2)"),
+            "weights:qwen3_vl_deepstack_mergers": Source("vllm/model_executor/models/qwen3_vl.py", 644, 644,
+                                                         "self.deepstack_merger_list = nn.ModuleList("),
             # bitsandbytes left core vLLM: its quant_method is not a known method (precision.py refuses it).
             "quant:bitsandbytes_not_in_core": Source("vllm/config/model.py", 1452, 1455,
                                                      'f"Unknown quantization method: {self.quantization}. Must "'),
