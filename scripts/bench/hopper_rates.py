@@ -1,7 +1,8 @@
-"""Measure achievable HBM bandwidth and BF16/FP8 dense GEMM rates on one GPU with PyTorch (no vLLM).
+"""Measure achievable HBM bandwidth, BF16/FP8 dense GEMM rates and kernel-launch cost on one GPU with PyTorch (no vLLM).
 
-Writes a JSON object to the path given as the first argument (default stdout). Used once on an H200 to name
-the planner's achievable-fraction constants for Hopper (plugins/plugin_utils/planner/perf.py).
+Writes a JSON object to the path given as the first argument (default stdout). Run on an H200 to name the
+planner's achievable-fraction constants for Hopper (plugins/plugin_utils/planner/perf.py), and on an H100 to check
+that they carry over (tests/fixtures/calibration/perf/SOURCE.md).
 Run: python scripts/bench/hopper_rates.py OUT.json
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import torch
 
@@ -60,6 +62,38 @@ def gemm_tflops(m: int, n: int, k: int, dtype: str) -> float:
     return 2 * m * n * k / sec / 1e12
 
 
+def launch_us(kernels: int = 2000) -> dict[str, float]:
+    """Microseconds per small kernel: launched one by one from Python (eager), and replayed from a CUDA graph that
+    captured the same kernels (the cost eager mode pays per launch that a graph does not). Median of 5 rounds."""
+    x = torch.zeros(1, device="cuda")
+
+    def launches() -> None:
+        for _k in range(kernels):
+            x.add_(1.0)
+
+    def wall(fn) -> float:
+        rounds = []
+        for _round in range(5):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            rounds.append((time.perf_counter() - start) / kernels * 1e6)
+        rounds.sort()
+        return rounds[len(rounds) // 2]
+
+    launches()  # warm-up
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launches()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launches()
+    return {"eager": wall(launches), "graph": wall(graph.replay)}
+
+
 def main() -> None:
     result: dict[str, object] = {
         "device": torch.cuda.get_device_name(0),
@@ -68,6 +102,8 @@ def main() -> None:
         "copy_gbs": {str(g): copy_bandwidth(g << 30) for g in (1, 4)},
         "read_gbs": {str(g): read_bandwidth(g << 30) for g in (1, 4)},
         "gemm_tflops": {},
+        "launch_us": launch_us(),
+        "memory_mib": torch.cuda.get_device_properties(0).total_memory >> 20,
     }
     shapes = [(8192, 8192, 8192), (4096, 4096, 4096), (16, 8192, 8192), (256, 8192, 8192), (2048, 8192, 8192)]
     for dtype in ("bf16", "fp8"):

@@ -21,8 +21,11 @@ The terms (each a function below, unit-tested on hand-checked cases):
   percentile, vllm/benchmarks/serve.py calculate_metrics, 0.32.0 lines 573-770).
 
 The achievable fractions are measured, not fitted: ``tests/fixtures/calibration/perf/h200_torch_rates.json``
-(scripts/bench/hopper_rates.py on one H200, PyTorch 2.11, CUDA 13.0). They are applied to every GPU: no
-per-generation measurement exists in this repository yet (README "Performance prediction" says where it is weakest).
+(scripts/bench/hopper_rates.py on one H200, PyTorch 2.11, CUDA 13.0). They are applied to every GPU. The same
+script on an H100 SXM (``h100_torch_rates.json``) reads 0.92 of its datasheet bandwidth, 0.77 of BF16 and 0.69 of
+FP8 (H200: 0.84, 0.75, 0.65); its own, higher rates are not applied because they make every public H100 result
+worse (predicted TPOT already 19-35 % short there: the gap is per-step CPU work, not the GPU's rates; README
+"Performance prediction" says where it is weakest).
 """
 
 from __future__ import annotations
@@ -53,8 +56,12 @@ COLLECTIVE_LATENCY_S = 10e-6
 #: Fixed cost of one engine step with CUDA graphs (s): scheduling, sampling, output processing. Assumption; the
 #: weakest term (no public per-step breakdown for vLLM 0.32 found).
 STEP_OVERHEAD_S = 1.5e-3
-#: Extra cost per decoder layer per step in eager mode (s): about 10 kernel launches of ~5 us (CUDA launch latency).
-EAGER_LAYER_OVERHEAD_S = 50e-6
+#: What launching a kernel from Python costs beyond replaying it from a CUDA graph (us): 7.48 eager - 1.21 graph
+#: per small kernel on an H100 host (h100_torch_rates.json launch_us, scripts/bench/hopper_rates.py).
+LAUNCH_OVERHEAD_US = 7.48 - 1.21
+#: Extra cost per decoder layer per step in eager mode (s): about 10 kernel launches (an assumption: norms, QKV,
+#: rotary, attention, output, MLP), each at the measured launch overhead.
+EAGER_LAYER_OVERHEAD_S = 10 * LAUNCH_OVERHEAD_US * 1e-6
 
 #: ShareGPT as ``vllm bench serve --dataset-name sharegpt`` samples it (ShareGPT_V3_unfiltered_cleaned_split.json):
 #: the means are the published totals over 1000 prompts, "Total input tokens: 215196" (Llama-3 tokenizer; identical
