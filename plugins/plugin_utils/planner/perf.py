@@ -165,6 +165,8 @@ class StepModel:
     attn_layers: float | None = None
     # A step's fixed cost (s) measured on the host instead of STEP_OVERHEAD_S (+ eager launches): the CPU lane.
     overhead_s: float | None = None
+    # A request's time between its sending and the scheduler seeing it (s): the CPU lane's measured excess TTFT.
+    request_s: float = 0.0
 
     def experts_read(self, tokens: int) -> float:
         """Expected distinct routed experts a step of ``tokens`` touches on one GPU in one MoE layer."""
@@ -337,7 +339,8 @@ def cpu_lane_step_model(spec: ModelSpec, calibration: CpuLaneCalibration) -> Ste
         expert_bytes=0.0, experts_per_gpu=spec.num_experts, moe_layers=0, top_k=spec.experts_per_token,
         num_experts=spec.num_experts, active_flops_per_token=flops_per_token, kv_bytes_per_token=0.0,
         bandwidth=math.inf, flops=flops_per_token / calibration.per_token_s if calibration.per_token_s else math.inf,
-        link=math.inf, stage_layers=spec.num_layers, attn_layers=spec.attention_layers, overhead_s=calibration.step_s)
+        link=math.inf, stage_layers=spec.num_layers, attn_layers=spec.attention_layers, overhead_s=calibration.step_s,
+        request_s=calibration.request_s)
 
 
 def predict_cpu_lane(model_config: dict[str, Any], plan: dict[str, Any], calibration: CpuLaneCalibration,
@@ -351,17 +354,9 @@ def predict_cpu_lane(model_config: dict[str, Any], plan: dict[str, Any], calibra
     args = plan["engine_args"]
     pred = plan["prediction"]
     m = cpu_lane_step_model(parse_model_config(model_config), calibration)
-    got = _simulated(m, workload, int(args.get("max-num-seqs") or 256), int(args.get("max-num-batched-tokens") or 8192),
-                     int(pred["kv_cache_tokens"]), int(pred["max_model_len"]))
-    extra_ms = calibration.request_s * 1000
-    if extra_ms:  # every request waits that long once, before its first token; each client's loop stretches by it
-        stretch = got["mean_e2el_ms"] / (got["mean_e2el_ms"] + extra_ms)
-        for key in RESULT_KEYS:
-            if key.endswith(("_ttft_ms", "_e2el_ms")):
-                got[key] = round(got[key] + extra_ms, 3)
-            elif key.endswith("_throughput"):
-                got[key] = round(got[key] * stretch, 3)
-    return got
+    return _simulated(m, workload, int(args.get("max-num-seqs") or 256),
+                      int(args.get("max-num-batched-tokens") or 8192), int(pred["kv_cache_tokens"]),
+                      int(pred["max_model_len"]))
 
 
 def fit_cpu_lane(model_config: dict[str, Any], plan: dict[str, Any], first: CpuLaneCalibration,
@@ -406,6 +401,7 @@ class _Req:
     prompt: int
     output: int
     arrival: float
+    ready: float = 0.0  # when the scheduler sees it: arrival + the step model's request_s
     prefilled: int = 0
     generated: int = 0
     first: float = 0.0
@@ -429,7 +425,10 @@ def _arrivals(n: int, rate: float, seed: int) -> list[float]:
 
 def simulate(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: int, kv_tokens: int,
              max_model_len: int) -> list[_Req]:
-    """Run the engine loop until every request is done; returns the finished requests."""
+    """Run the engine loop until every request is done; returns the finished requests.
+
+    A request joins the waiting queue ``m.request_s`` after it is sent (its HTTP and tokenising time on the CPU lane;
+    0 on a GPU plan), so that time overlaps other requests' steps as it does in the server."""
     lengths = workload.lengths()
     for p, o in lengths:
         if p + o > max_model_len:
@@ -452,10 +451,13 @@ def simulate(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: i
         while pending and in_flight < limit and (pending[-1].arrival <= now or closed):
             req = pending.pop()
             req.arrival = max(req.arrival, now)
+            req.ready = req.arrival + m.request_s
             waiting.append(req)
             in_flight += 1
-        if not waiting and not running:
-            now = pending[-1].arrival
+        ready = [r for r in waiting if r.ready <= now]
+        if not ready and not running:  # idle until the next request reaches the scheduler
+            upcoming = [r.ready for r in waiting] + ([pending[-1].arrival] if pending and in_flight < limit else [])
+            now = max(now, min(upcoming))
             continue
         used = sum(r.prompt + r.generated for r in running)
         budget = max_batched - len(running)
@@ -466,7 +468,7 @@ def simulate(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: i
                 take = min(req.prompt - req.prefilled, budget)
                 chunks.append((req, take))
                 budget -= take
-        for req in waiting:
+        for req in ready:
             if budget <= 0 or len(running) + len(admitted) >= max_num_seqs:
                 break
             if used + req.prompt + req.output > kv_tokens:
@@ -482,11 +484,14 @@ def simulate(m: StepModel, workload: Workload, max_num_seqs: int, max_batched: i
         pctx = sum(t * (r.prefilled + t / 2) for r, t in chunks) / prefill if prefill else 0.0
         # fast-forward pure decode stretches: no prefill, nothing to admit before the next finish or arrival
         steps = 1
-        if not chunks and decoding and not waiting:
+        if not chunks and decoding and not ready:
             steps = min(r.output - r.generated for r in decoding)
+            upcoming = [r.ready for r in waiting]
             if pending and in_flight < limit and not closed:
+                upcoming.append(pending[-1].arrival)
+            if upcoming:
                 dt1 = step_time(m, len(decoding), ctx)
-                steps = max(1, min(steps, int((pending[-1].arrival - now) / dt1) if dt1 > 0 else 1))
+                steps = max(1, min(steps, int((min(upcoming) - now) / dt1) if dt1 > 0 else 1))
         dt = step_time(m, len(decoding), ctx + (steps - 1) / 2, prefill, pctx)
         now += dt * steps
         for req, take in chunks:

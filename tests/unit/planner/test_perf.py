@@ -107,6 +107,21 @@ def test_concurrency_one_is_serial() -> None:
     assert res["request_throughput"] == pytest.approx(1000 / res["mean_e2el_ms"], rel=0.01)
 
 
+def test_a_requests_own_time_is_simulated_before_the_scheduler_sees_it() -> None:
+    # the CPU lane's request_s (HTTP, tokenising): each request reaches the waiting queue that long after it is sent
+    plain, delayed = _model(), _model(request_s=0.05)
+    wl = perf.Workload("random", 100, 11, 3, max_concurrency=1)
+    base = perf.summarise(perf.simulate(plain, wl, 256, 8192, 100_000, 4096))
+    got = perf.summarise(perf.simulate(delayed, wl, 256, 8192, 100_000, 4096))
+    assert got["mean_ttft_ms"] == pytest.approx(base["mean_ttft_ms"] + 50, abs=1e-3)
+    assert got["mean_tpot_ms"] == pytest.approx(base["mean_tpot_ms"], abs=1e-3)
+    # with 8 clients a request's own time overlaps the others' steps: the engine is not idle for 50 ms per request
+    wl8 = perf.Workload("random", 100, 11, 64, max_concurrency=8)
+    serial = 64 * 0.05
+    elapsed = 64 / perf.summarise(perf.simulate(delayed, wl8, 256, 8192, 100_000, 4096))["request_throughput"]
+    assert elapsed < serial / 4
+
+
 def test_more_concurrency_more_throughput_and_longer_tpot() -> None:
     m = _model()
     one = perf.summarise(perf.simulate(m, perf.Workload("random", 200, 50, 32, 1), 256, 8192, 10**6, 4096))
