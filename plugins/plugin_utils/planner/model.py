@@ -21,7 +21,7 @@ from .layer_kinds import (
     state_shape,
 )
 from .multimodal import VisionSpec, parse_vision, qwen3_vl_tower_params
-from .quant_formats import QuantFormatError, Quantization, parse_quantization
+from .quant_formats import QuantFormatError, Quantization, lm_head_bytes, parse_quantization
 
 
 class ModelConfigError(ValueError):
@@ -471,19 +471,30 @@ def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
         if key not in cache:
             cache[key] = _layer_bytes(spec, tp, kind, layer, moe_layer, rates, dense_bytes, expert_shards)
         per_layer.append(cache[key])
-    emb, head = spec.embedding_params(tp)
     counts = stage_layers(spec.num_layers, pp)
     result: list[int] = []
     start = 0
     for s, count in enumerate(counts):
         total = sum(per_layer[start:start + count])
-        if s == 0:
-            total += emb * dense_bytes + spec.vision_params / tp * dense_bytes
-        if s == len(counts) - 1:
-            total += (head if head else (emb if pp > 1 else 0.0)) * dense_bytes
+        total += sum(edge_parts(spec, tp, pp, s, len(counts), dense_bytes, q).values())
         result.append(int(total))
         start += count
     return tuple(result)
+
+
+def edge_parts(spec: ModelSpec, tp: int, pp: int, stage: int, stages: int, dense_bytes: int,
+               q: Quantization) -> dict[str, float]:
+    """Weight bytes outside the decoder layers on one GPU of pipeline stage ``stage``: the embedding and vision tower
+    (first stage, checkpoint dtype) and the lm_head (last stage; under PP a tied model's last stage holds its own
+    copy of the embedding). An untied lm_head takes the bytes its format gives it (:func:`lm_head_bytes`)."""
+    emb, head = spec.embedding_params(tp)
+    parts = {"embedding": 0.0, "vision": 0.0, "lm_head": 0.0}
+    if stage == 0:
+        parts["embedding"] = emb * dense_bytes
+        parts["vision"] = spec.vision_params / tp * dense_bytes
+    if stage == stages - 1:
+        parts["lm_head"] = head * lm_head_bytes(q, dense_bytes) if head else (emb * dense_bytes if pp > 1 else 0.0)
+    return parts
 
 
 def mtp_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization | None = None,
@@ -570,29 +581,42 @@ def layer_module_bytes(spec: ModelSpec, q: Quantization, layer: int, kind: str,
     return (mixer, rate("dense_mlp"), rate("experts"), rate("shared"))
 
 
-def _layer_bytes(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: bool,
-                 rates: tuple[float, float, float, float], dense_bytes: int, expert_shards: int | None) -> float:
-    """One layer's weight bytes on one GPU: mixer, MLP (routed experts, shared experts, router) and norms.
+def layer_parts(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: bool,
+                rates: tuple[float, float, float, float], dense_bytes: int,
+                expert_shards: int | None) -> dict[str, float]:
+    """One layer's weight bytes on one GPU by part: attention (or Mamba / gated-delta mixer), dense MLP, routed
+    experts, shared experts, router and norms (``rates``: :func:`layer_module_bytes`).
 
-    The router stays in the checkpoint dtype (vLLM builds MoE gates without a quant_config).
+    The router stays in the checkpoint dtype (vLLM builds MoE gates without a quant_config). A Nemotron-H block is
+    a mixer or an MLP / MoE, not both, with one norm.
     """
     mixer_b, dense_b, experts_b, shared_b = rates
-    if kind == "mlp":  # Nemotron-H MLP / MoE block: no mixer
-        total = 0.0
-    elif kind == "mamba":
-        total = spec.mamba_params_per_layer(tp) * mixer_b
-    else:
+    parts = {"attention": 0.0, "dense_mlp": 0.0, "routed_experts": 0.0, "shared_experts": 0.0, "routers": 0.0,
+             "norms": 0.0}
+    if kind == "mamba":
+        parts["attention"] = spec.mamba_params_per_layer(tp) * mixer_b
+    elif kind != "mlp":  # a Nemotron-H MLP / MoE block has no mixer
         split, repl = spec.attention_params_per_layer(tp, kind)
-        total = (split + repl) * mixer_b
+        parts["attention"] = (split + repl) * mixer_b
     if spec.single_block_layers and kind != "mlp":  # Nemotron-H mixer block: no MLP
-        return total + spec.hidden_size * dense_bytes
+        parts["norms"] = spec.hidden_size * dense_bytes
+        return parts
     experts, dense = spec.mlp_params_per_layer(layer, tp, expert_shards)
     if moe_layer:
         router = spec.hidden_size * spec.num_experts
-        total += experts * experts_b + (dense - router) * shared_b + router * dense_bytes
+        parts["routed_experts"] = experts * experts_b
+        parts["shared_experts"] = (dense - router) * shared_b
+        parts["routers"] = router * dense_bytes
     else:
-        total += dense * dense_b
-    return total + 2 * spec.hidden_size * dense_bytes  # + norms
+        parts["dense_mlp"] = dense * dense_b
+    parts["norms"] = 2 * spec.hidden_size * dense_bytes
+    return parts
+
+
+def _layer_bytes(spec: ModelSpec, tp: int, kind: str, layer: int, moe_layer: bool,
+                 rates: tuple[float, float, float, float], dense_bytes: int, expert_shards: int | None) -> float:
+    """One layer's weight bytes on one GPU (:func:`layer_parts`, summed)."""
+    return sum(layer_parts(spec, tp, kind, layer, moe_layer, rates, dense_bytes, expert_shards).values())
 
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:

@@ -76,6 +76,7 @@ class Quantization:
     layer_bytes: tuple[tuple[str, float], ...] = ()
     module_rules: tuple[ModuleRule, ...] = ()
     unmatched_unquantized: bool = False  # a module no ``module_rules`` entry matches keeps the checkpoint dtype
+    lm_head_quantized: bool = False  # AWQ / GPTQ ``"lm_head": true``: the output projection is quantized too
     source: str = "config.json quantization_config"
     why: str = ""  # one line: the format, its bits per weight and where they come from
 
@@ -167,6 +168,35 @@ def _module_bytes(q: Quantization, names: tuple[str, ...], dense_bytes: float) -
     return q.linear_bytes_per_param(dense_bytes)
 
 
+def lm_head_bytes(q: Quantization, dense_bytes: float) -> float:
+    """Bytes per parameter of an untied output projection (vLLM's ``ParallelLMHead``), quantized only where the
+    checkpoint's format quantizes it in vLLM:
+
+    - ModelOpt: unless ``exclude_modules`` names it; mixed precision: when ``quantized_layers`` lists it;
+    - AWQ / GPTQ: only with ``"lm_head": true`` (auto_awq.py:245, auto_gptq.py:198; quant:awq_lm_head_flag,
+      quant:gptq_lm_head_flag);
+    - compressed-tensors: when a target names it (exact or ``re:``) and ``ignore`` does not; a class target such as
+      ``Linear`` does not reach it (compressed_tensors.py:186, quant:ct_lm_head);
+    - AutoRound (``inc``): when ``extra_config`` or ``block_name_to_quantize`` names it; otherwise unquantized
+      (inc/config_parser.py:171, quant:inc_lm_head);
+    - FP8, MXFP4, Quark: never (they build linear layers and experts only; fp8.py:180, quant:fp8_linear_only).
+    """
+    names = ("lm_head",)
+    # every ModelOpt method (modelopt, modelopt_fp4, modelopt_mxfp8, modelopt_mixed) builds ParallelLMHead with its
+    # scheme unless its lists keep it out (vLLM 0.32 modelopt.py:250, 0.33 :254, rule quant:modelopt_lm_head; mixed
+    # precision when quantized_layers names lm_head, 0.32 :1799-1800, 0.33 :1830-1831, quant:modelopt_mixed_lm_head)
+    if q.method.startswith("modelopt") or (q.method in ("awq", "gptq") and q.lm_head_quantized):
+        return q.module_bytes(names, dense_bytes)
+    if q.method in ("compressed-tensors", "auto-round"):
+        if q.ignore and any(_matches(n, p) for n in names for p in q.ignore):
+            return dense_bytes
+        kinds = ("ct-name",) if q.method == "compressed-tensors" else ("inc-key", "inc-regex", "prefix")
+        for kind, pattern, value in q.module_rules:
+            if kind in kinds and _rule_matches(kind, pattern, names):
+                return dense_bytes if value == UNQUANTIZED else value
+    return dense_bytes
+
+
 # --- Parsing ---------------------------------------------------------------------------------------------------
 
 #: quant_method values the planner sizes (vLLM's names; ``auto-round`` is vLLM's ``inc``).
@@ -247,6 +277,7 @@ def _int_group(q: dict[str, Any], method: str) -> Quantization:
     extra = "; desc_act: + one int32 group index per input row" if q.get("desc_act") else ""
     ignore = tuple(str(p) for p in (q.get("modules_to_not_convert") or []))
     return Quantization(method, float(bits), max(group, 0), bytes_per_weight=value, ignore=ignore,
+                        lm_head_quantized=bool(q.get("lm_head", False)) and method in ("awq", "gptq"),
                         why=f"{_LABELS.get(method, method)} {bits}-bit + fp16 scale{' and packed zero' if zero else ''} "
                         f"{per} = {8 * value:.3g} bits/weight{extra}")
 

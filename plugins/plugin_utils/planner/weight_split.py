@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 
 from .hardware import GIB
-from .model import ModelSpec, layer_module_bytes, stage_layers
-from .quant_formats import Quantization
+from .model import ModelSpec, edge_parts, layer_module_bytes, layer_parts, stage_layers
+from .quant_formats import Quantization, lm_head_bytes
 from .releases import Source
 from .rules import VERIFIED
 
@@ -87,34 +87,19 @@ def weight_split(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Qua
     """
     q = quant or spec.quantization
     counts = stage_layers(spec.num_layers, pp)
-    emb, head = spec.embedding_params(tp)
     best: tuple[float, int, dict[str, float]] | None = None
     start = 0
     for s, count in enumerate(counts):
         parts = {"attention": 0.0, "dense_mlp": 0.0, "routed_experts": 0.0, "shared_experts": 0.0, "routers": 0.0,
-                 "norms": 0.0, "embedding": 0.0, "lm_head": 0.0, "vision": 0.0}
-        for layer in range(start, start + count):
+                 "norms": 0.0}
+        for layer in range(start, start + count):  # the parts model.weights_bytes_per_gpu sums
             kind = spec.layer_kinds[layer]
-            mixer_b, dense_b, experts_b, shared_b = layer_module_bytes(spec, q, layer, kind, float(dense_bytes))
-            if kind == "mamba":
-                parts["attention"] += spec.mamba_params_per_layer(tp) * mixer_b
-            else:
-                split, repl = spec.attention_params_per_layer(tp, kind)
-                parts["attention"] += (split + repl) * mixer_b
-            experts, dense = spec.mlp_params_per_layer(layer, tp, expert_shards)
-            if spec.is_moe and layer >= spec.dense_layers:
-                router = spec.hidden_size * spec.num_experts
-                parts["routed_experts"] += experts * experts_b
-                parts["shared_experts"] += (dense - router) * shared_b
-                parts["routers"] += router * dense_bytes
-            else:
-                parts["dense_mlp"] += dense * dense_b
-            parts["norms"] += 2 * spec.hidden_size * dense_bytes
-        if s == 0:
-            parts["embedding"] = emb * dense_bytes
-            parts["vision"] = spec.vision_params / tp * dense_bytes
-        if s == len(counts) - 1:
-            parts["lm_head"] = (head if head else (emb if pp > 1 else 0.0)) * dense_bytes
+            moe_layer = spec.is_moe and layer >= spec.dense_layers
+            rates = layer_module_bytes(spec, q, layer, kind, float(dense_bytes))
+            for name, value in layer_parts(spec, tp, kind, layer, moe_layer, rates, dense_bytes,
+                                           expert_shards).items():
+                parts[name] += value
+        parts.update(edge_parts(spec, tp, pp, s, len(counts), dense_bytes, q))
         total = sum(parts.values())
         if best is None or total > best[0]:
             best = (total, s, parts)
@@ -125,6 +110,10 @@ def weight_split(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Qua
     factor = scale or 1.0
     first = sum(counts[:stage])
     reasons = _reasons(spec, tp, dp, expert_shards, expert_parallel, counts[stage], first, version, scale)
+    head_rate = lm_head_bytes(q, dense_bytes)
+    if spec.embedding_params(tp)[1] and head_rate != dense_bytes:
+        reasons["lm_head"] += (f"; quantized by the checkpoint's {q.method} description, {8 * head_rate:.3g} "
+                               f"bits/weight (quant_formats.lm_head_bytes)")
     return WeightSplit(stage=stage, first_layer=first, last_layer=first + counts[stage] - 1,
                        stage_layers=tuple(counts),
                        parts=tuple(WeightPart(name, int(value * factor), reasons[name])

@@ -24,7 +24,11 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.model_fil
     load_model,
     plan_for_model,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.quant_formats import parse_quantization
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.quant_formats import (
+    lm_head_bytes,
+    parse_quantization,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.planner.weight_split import weight_split
 
 from .planner_data import FIXTURES, facts
 
@@ -310,3 +314,55 @@ def test_auto_round_extra_config_and_quantized_blocks() -> None:
     assert "2 module(s) unquantized" in spec.quantization.why
     with pytest.raises(ValueError, match=r"data_type 'nv_fp'.*not one vLLM 0.32/0.33 loads"):
         _qwen35_with({**base, "data_type": "nv_fp"})
+
+
+# --- The output projection (lm_head): quantized only where the format's vLLM code builds it quantized -------------
+
+
+def test_mixed_precision_quantizes_the_lm_head_its_quantized_layers_name() -> None:
+    """nvidia/Qwen3.6-35B-A3B-NVFP4 lists ``lm_head`` as W4A16_NVFP4 in ``quantized_layers``; vLLM's mixed-precision
+    config looks the head up under that name (0.32 modelopt.py:1799-1800) and builds it with the NVFP4 linear method
+    (:1847). Sized in BF16 the repository came out +2.7 % over its published 23.5 GB; as NVFP4 the head is 0.29 GB,
+    not 1.02 (test_checkpoint_sizes.py checks the repository)."""
+    spec = spec_of("qwen3.6-35b-a3b-nvfp4")
+    _emb, head = spec.embedding_params()
+    assert head == 248320 * 2048 and lm_head_bytes(spec.quantization, 2.0) == 0.5625
+    split = weight_split(spec, 1, 1, 2, spec.quantization, 1, False)
+    part = {p.name: p for p in split.parts}["lm_head"]
+    assert part.bytes == int(head * 0.5625) and "modelopt_mixed description, 4.5 bits/weight" in part.reason
+    assert split.total == max(weights_bytes_per_gpu(spec, 1, 1, 2, spec.quantization, 1))
+
+
+@pytest.mark.parametrize(("quantization_config", "expected"), [
+    # ModelOpt builds ParallelLMHead with its scheme unless exclude_modules keeps it (0.32 modelopt.py:250)
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": []}, 1.0),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head"]}, 2.0),
+    # AWQ / GPTQ only with "lm_head": true (auto_awq.py:245, auto_gptq.py:198)
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, 2.0),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "lm_head": True},
+     0.5 + (2 + 0.5) / 128),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True}, 0.5 + (2 + 0.5) / 128),
+    # FP8 builds linear layers only (fp8.py:180)
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, 2.0),
+    # AutoRound: the head is not quantized unless extra_config names it (inc/config_parser.py:171)
+    ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "data_type": "int"}, 2.0),
+    ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "data_type": "int",
+      "extra_config": {"lm_head": {"bits": 8, "group_size": 128}}}, 1 + (2 + 1) / 128),
+])  # fmt: skip
+def test_each_format_quantizes_the_lm_head_as_vllm_builds_it(
+    quantization_config: dict[str, Any], expected: float
+) -> None:
+    """Rule probes on the Qwen3.5-9B release's real config.json (its quantization_config swapped), not sizes."""
+    assert lm_head_bytes(_qwen35_with(quantization_config).quantization, 2.0) == pytest.approx(expected)
+
+
+def test_compressed_tensors_quantizes_the_lm_head_only_when_a_target_names_it() -> None:
+    """compressed_tensors.py:186: the head takes a scheme only when a target matches its name; the ``Linear`` class
+    target does not reach it (ParallelLMHead is no LinearBase), and ``ignore`` wins."""
+    config = json.loads((CHECKPOINTS / QWEN35_W4A16 / "config.json").read_text())["quantization_config"]
+    group = config["config_groups"]["group_0"]
+    assert lm_head_bytes(spec_of(QWEN35_W4A16).quantization, 2.0) == 2.0  # the release: Linear, lm_head ignored
+    named = {**config, "ignore": [], "config_groups": {"group_0": {**group, "targets": ["Linear", "lm_head"]}}}
+    assert lm_head_bytes(_qwen35_with(named).quantization, 2.0) == INT4_G128
+    linear_only = {**config, "ignore": [], "config_groups": {"group_0": {**group, "targets": ["Linear"]}}}
+    assert lm_head_bytes(_qwen35_with(linear_only).quantization, 2.0) == 2.0

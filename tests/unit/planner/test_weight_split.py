@@ -47,6 +47,22 @@ def test_the_split_adds_up_to_the_published_per_gpu_size(fixture: str, tp: int, 
     assert all(line.count("\n") == 0 and "GiB per GPU: " in line for line in split.reasons().values())
 
 
+@pytest.mark.parametrize("fixture", [
+    "../architectures/nemotron-3-nano-30b-a3b-bf16",  # Nemotron-H: a block is a mixer or an MLP / MoE, one norm
+    "../architectures/nemotron-h-56b-base-8k",
+    "qwen3.6-35b-a3b-nvfp4",  # gated delta + MoE, vision tower, an NVFP4 lm_head
+    "kimi-k2.5",  # MLA + MoE, vision tower
+])
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 2), (4, 1)])
+def test_the_split_is_the_memory_plans_weights_for_every_layer_kind(fixture: str, tp: int, pp: int) -> None:
+    """The reason lines' parts come from the same per-layer parts the memory plan sums (model.layer_parts,
+    model.edge_parts). They had been counted on their own: for Nemotron-H every block as a mixer plus an MLP, so
+    Nemotron-3-Nano's parts added up to 2.2x its weights."""
+    spec = spec_of(fixture)
+    split = weight_split(spec, tp, pp, 2, spec.quantization, tp, False)
+    assert split.total == pytest.approx(max(weights_bytes_per_gpu(spec, tp, pp, 2, spec.quantization, tp)), abs=64)
+
+
 def test_dp16_with_ep_shards_the_experts_over_all_16_ranks_and_keeps_the_rest_whole_per_rank() -> None:
     """DeepSeek-R1 over DP 16 x TP 1 with EP: 256 experts / 16 = 16 whole experts per GPU in each of the 58 MoE
     layers (determine_expert_map); attention, dense layers, shared experts, routers and the vocab-parallel embedding
