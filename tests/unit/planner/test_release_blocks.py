@@ -137,3 +137,14 @@ def test_a_new_release_is_one_block() -> None:
     assert got["env"] == ["VLLM_HOST_IP"]
     assert got["names"] == [True, False, True]
     assert got["image"] == ["cu130"] and got["dashboards"] == "vllm-0.34.0.tar.gz"
+
+
+def test_a_block_carries_the_previous_citations_it_does_not_move() -> None:
+    """0.33 starts from 0.32's citations (releases.carried) and lists only what is new or moved; a fact it drops
+    must be one 0.32 cites (a typo would silently keep the fact)."""
+    old, new = releases.RELEASES[0].sources, releases.RELEASES[1].sources
+    carried = {key for key in new if key in old and new[key] == old[key]}
+    assert len(carried) >= 30 and "env:VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE" not in new
+    assert set(old) - set(new) == {"env:VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE"}
+    with pytest.raises(ValueError, match="cites no"):
+        releases.carried(releases.RELEASES[0], dropped=("env:NO_SUCH_FACT",))

@@ -3,7 +3,8 @@
 A block (``v0_32.py``, ``v0_33.py``) holds that release's
 
 - **cited facts** (``sources``): each fact the planner takes from vLLM, with the file and lines of that release's
-  source it sits at (``tests/unit/planner/test_rules_golden.py`` checks every one against the source on disk);
+  source it sits at (``tests/unit/planner/test_rules_golden.py`` checks every one against the source on disk); a
+  later block starts from the previous one's (:func:`carried`) and lists only the facts that are new or moved;
 - **behaviour changes** (``changes``): the :class:`..rules.VersionRules` fields whose value this release changed
   (a new default, a memory-accounting change), applied to every later version too;
 - **option changes**: engine arguments it added (``added_args``), ``vllm serve`` options it added beside them
@@ -190,6 +191,16 @@ class Release:
         """``0.32``."""
         major, minor, _patch = self.key
         return f"{major}.{minor}"
+
+
+def carried(previous: Release, *, dropped: tuple[str, ...] = ()) -> dict[str, Source]:
+    """The cited facts a release keeps at the file and lines ``previous`` cites, less ``dropped`` (facts the new
+    release no longer has). A block spreads these first and lists only what is new or moved; the golden test checks
+    every one, carried or not, against the new release's own source."""
+    unknown = set(dropped) - set(previous.sources)
+    if unknown:
+        raise ValueError(f"vLLM {previous.version} cites no {sorted(unknown)}")
+    return {key: source for key, source in previous.sources.items() if key not in dropped}
 
 
 # CUDA 13 wheels drop everything below sm75 (vllm-facts §E); cu129 wheels: sm75+ per the docs. With CUDA >= 12.9

@@ -7,7 +7,7 @@ read with ``scripts/vllm_serve_parse.py options`` from 0.33's own parser.
 
 from __future__ import annotations
 
-from . import CC_CU130, RAY_VERSION, Added, Archive, ImageRow, Release, Removed, Source
+from . import CC_CU130, RAY_VERSION, Added, Archive, ImageRow, Release, Removed, Source, carried, v0_32
 
 _V = (0, 33, 0)
 _RAY_DAG = "removed in vLLM 0.33 with the Ray compiled DAG"
@@ -16,6 +16,9 @@ _ROCM = "removed in vLLM 0.33; ROCm only"
 RELEASE = Release(
     version="0.33.0",
     sources={
+            # 0.32's citations whose lines did not move (checked against 0.33's source like the rest); the Ray
+            # compiled-DAG channel variable went with the DAG.
+            **carried(v0_32.RELEASE, dropped=("env:VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE",)),
             "gpu_memory_utilization": Source("vllm/config/cache.py", 215, 215,
                                              "gpu_memory_utilization: float = Field(default=0.92"),
             "cudagraph_charged_to_budget": Source("vllm/envs.py", 2219, 2220,
@@ -44,22 +47,10 @@ RELEASE = Release(
                                          "class ColumnParallelLinear(LinearBase):"),
             "tp_row_parallel": Source("vllm/model_executor/layers/linear.py", 1653, 1653,
                                       "class RowParallelLinear(LinearBase):"),
-            "ep_expert_map": Source("vllm/model_executor/layers/fused_moe/expert_map_manager.py", 67, 69,
-                                    "local_num_experts = base_experts + 1 if ep_rank < remainder else base_experts"),
-            "shared_experts_tp": Source("vllm/model_executor/models/deepseek_v2.py", 266, 266,
-                                        "disable_tp=is_sequence_parallel,"),
-            "router_replicated": Source("vllm/model_executor/models/deepseek_v2.py", 321, 321,
-                                        "self.gate = GateLinear("),
-            "vocab_parallel": Source("vllm/model_executor/layers/vocab_parallel_embedding.py", 206, 206,
-                                     "class VocabParallelEmbedding(PluggableLayer):"),
             "pp_layer_split": Source("vllm/distributed/utils.py", 228, 230,
                                      "partitions[-i] += 1"),
             "eplb_physical_experts": Source("vllm/model_executor/layers/fused_moe/layer.py", 82, 82,
                                             "global_num_experts = num_experts + num_redundant_experts"),
-            "eplb_buffer": Source("vllm/distributed/eplb/eplb_state.py", 492, 492,
-                                  "expert_buffer = [torch.empty_like(w) for w in model.expert_weights[0]]"),
-            "eplb_profile_reservation": Source("vllm/distributed/eplb/rebalance_execute.py", 705, 705,
-                                               "if communicator.needs_profile_buffer_reservation:"),
             "eplb_needs_expert_parallel": Source("vllm/config/parallel.py", 570, 570,
                                                  "enable_expert_parallel must be True to use EPLB."),
             "quant:hf_quant_config_json": Source("vllm/transformers_utils/config.py", 955, 961,
@@ -75,56 +66,11 @@ RELEASE = Release(
                                                    "if fnmatch(prefix, wildcard_pattern):"),
             "quant:nvfp4_group_size": Source("vllm/model_executor/layers/quantization/modelopt.py", 813, 814,
                                              "group_size = 16  # Default value"),
-            "quant:fp8_weight_block_size": Source("vllm/model_executor/layers/quantization/fp8.py", 122, 123,
-                                                  "if len(weight_block_size) != 2:"),
-            # Per-module schemes (quant_formats.py _rule_matches): compressed-tensors targets, Quark layer configs,
-            # AutoRound extra_config and quantized blocks.
-            "quant:ct_target_matching": Source("vllm/model_executor/layers/quantization/compressed_tensors/utils.py", 106,
-                                               108, "_find_first_match(module.__class__.__name__, targets, True)"),
-            "quant:ct_unmatched_unquantized": Source(
-                "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py", 172, 172,
-                "quant_method: LinearMethodBase = UnquantizedLinearMethod()"),
-            "quant:quark_layer_quant_config": Source("vllm/model_executor/layers/quantization/quark/quark.py", 757, 759,
-                                                     "matches = fnmatch.fnmatch(layer_name, name_pattern)"),
-            "quant:quark_global_fallback": Source("vllm/model_executor/layers/quantization/quark/quark.py", 779, 779,
-                                                  "layer_type_quant_config.get(layer_type, global_quant_config)"),
-            "quant:inc_extra_config": Source("vllm/model_executor/layers/quantization/inc/config_parser.py", 168, 168,
-                                             'if layer_name.endswith(f".{cfg_key}"):'),
-            "quant:inc_block_name_to_quantize": Source("vllm/model_executor/layers/quantization/inc/config_parser.py",
-                                                       172, 175, "layer_name.startswith(name)"),
-            "quant:inc_supported": Source("vllm/model_executor/layers/quantization/inc/inc.py", 37, 39,
-                                          'SUPPORTED_DTYPES = {"int", "mx_fp", "fp"}'),
-            # Weights of Gemma 4 full-attention layers (model.py attention_params_per_layer).
-            "weights:gemma4_per_layer_head_dim": Source("vllm/model_executor/models/gemma4.py", 578, 580,
-                                                        "layer_config = config.per_layer_config[layer_idx]"),
-            "weights:gemma4_k_eq_v_v_slot": Source("vllm/model_executor/models/gemma4.py", 421, 423,
-                                                   "k_eq_v layers load K weights into both K and V slots via"),
-            "weights:gemma4_mlp_beside_experts": Source("vllm/model_executor/models/gemma4.py", 630, 630,
-                                                        'self.enable_moe_block = getattr(config, "num_experts", None) is not None'),
-            # Kimi-K2.5's MoonViT shape keys (model._vision_params): vt_* aliased to hidden_size & co.
-            "weights:kimi_vit_vt_aliases": Source("vllm/transformers_utils/configs/kimi_k3.py", 79, 83,
-                                                  "self.hidden_size = vt_hidden_size"),
-            # Qwen3-VL / Qwen3.5 / Qwen3.6's vision tower counted module by module (multimodal.qwen3_vl_tower_params):
-            # the merger takes spatial_merge_size^2 patches, and one more merger per deepstack_visual_indexes entry.
-            "weights:qwen3_vl_merger_width": Source("vllm/model_executor/models/qwen3_vl.py", 522, 522,
-                                                    "self.hidden_size = context_dim * (spatial_merge_size**2)"),
-            "weights:qwen3_vl_deepstack_mergers": Source("vllm/model_executor/models/qwen3_vl.py", 644, 644,
-                                                         "self.deepstack_merger_list = nn.ModuleList("),
             # Which formats quantize an untied lm_head (ParallelLMHead; quant_formats.lm_head_bytes).
             "quant:modelopt_lm_head": Source("vllm/model_executor/layers/quantization/modelopt.py", 254, 254,
                                              "if isinstance(layer, (LinearBase, ParallelLMHead)):"),
             "quant:modelopt_mixed_lm_head": Source("vllm/model_executor/layers/quantization/modelopt.py", 1830, 1831,
                                                    'candidates.append("lm_head")'),
-            "quant:awq_lm_head_flag": Source("vllm/model_executor/layers/quantization/auto_awq.py", 245, 245,
-                                             'lm_head_quantized = cls.get_from_keys_or(config, ["lm_head"], default=False)'),
-            "quant:gptq_lm_head_flag": Source("vllm/model_executor/layers/quantization/auto_gptq.py", 198, 198,
-                                              'lm_head_quantized = cls.get_from_keys_or(config, ["lm_head"], default=False)'),
-            "quant:ct_lm_head": Source("vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py",
-                                       186, 186, "if isinstance(layer, ParallelLMHead):"),
-            "quant:inc_lm_head": Source("vllm/model_executor/layers/quantization/inc/config_parser.py", 171, 171,
-                                        "quantized = not isinstance(layer, ParallelLMHead)"),
-            "quant:fp8_linear_only": Source("vllm/model_executor/layers/quantization/fp8.py", 180, 180,
-                                            "if isinstance(layer, LinearBase):"),
             # bitsandbytes left core vLLM: its quant_method is not a known method (precision.py refuses it).
             "quant:bitsandbytes_not_in_core": Source("vllm/config/model.py", 1465, 1468,
                                                      'f"Unknown quantization method: {self.quantization}. Must "'),
@@ -139,10 +85,6 @@ RELEASE = Release(
                                             "must be divisible by tensor parallel size "),
             "shape:kv_heads_replicate": Source("vllm/model_executor/layers/linear.py", 1065, 1068,
                                                "self.num_kv_head_replicas = divide(tp_size, self.total_num_kv_heads)"),
-            "shape:fp8_block_linear": Source("vllm/model_executor/layers/quantization/utils/fp8_utils.py", 1319, 1343,
-                                             "if output_partition_size % block_n != 0:"),
-            "shape:fp8_block_moe": Source("vllm/model_executor/layers/quantization/utils/fp8_utils.py", 1361, 1373,
-                                          "The output_size of gate's and up's weight = "),
             "shape:fp8_block_moe_called": Source("vllm/model_executor/layers/quantization/fp8.py", 554, 555,
                                                  "validate_fp8_block_shape_moe("),
             # Without expert parallelism an MoE's experts are sliced over the DP x PCP x TP group.
@@ -152,10 +94,6 @@ RELEASE = Release(
                                            "refine = math.gcd(block_n, block_k, ispp, config.hidden_dim)"),
             "shape:group_divides_partition": Source("vllm/distributed/utils.py", 145, 150,
                                                     "This happens when tensor_parallel_size splits the layer input "),
-            "shape:awq_group_aligned": Source("vllm/model_executor/layers/quantization/auto_awq.py", 819, 824,
-                                              "The input size is not aligned with the quantized "),
-            "shape:marlin_group_straddle": Source("vllm/model_executor/layers/quantization/utils/marlin_utils.py", 316, 325,
-                                                  "or input_size_per_partition % group_size == 0"),
             "ignored:mamba_cache_mode": Source("vllm/engine/arg_utils.py", 462, 465,
                                                "It has no effect: Mamba prefix caching follows --enable-prefix-caching"),
             "added:monokernel": Source("vllm/engine/arg_utils.py", 779, 779, "monokernel: bool"),
@@ -171,10 +109,6 @@ RELEASE = Release(
                                             "other value than 1 or target model tensor_parallel_size"),
         "spec:draft_vocab_equal": Source("vllm/config/speculative.py", 2050, 2050,
                                          "Target and draft model should have the same vocabulary size."),
-        "spec:draft_model_tp_equal": Source("vllm/v1/spec_decode/draft_model.py", 76, 76,
-                                            "must be the same. Got {draft_tp} and {tgt_tp}."),
-        "spec:draft_model_own_embedding": Source("vllm/v1/spec_decode/draft_model.py", 116, 116,
-                                                 "Draft models don't share embeddings with the target model"),
         "spec:mtp_shares_embedding": Source("vllm/v1/spec_decode/llm_base_proposer.py", 1473, 1473,
                                             "Sharing target model embedding weights with the draft model."),
         "spec:draft_on_last_pp_rank": Source("vllm/v1/worker/gpu_model_runner.py", 598, 598,
@@ -186,17 +120,9 @@ RELEASE = Release(
         "spec:decode_query_len": Source("vllm/config/vllm.py", 713, 713, "return 1 + self.num_speculative_tokens"),
         "spec:capture_ceiling": Source("vllm/config/vllm.py", 2469, 2469,
                                        "max_num_seqs * decode_query_len * 2, default_max_graph_size"),
-        "spec:mtp_eh_proj": Source("vllm/model_executor/models/deepseek_mtp.py", 87, 87,
-                                   "self.eh_proj = nn.Linear(config.hidden_size * 2, config.hidden_size, bias=False)"),
-        "spec:eagle3_qkv_input": Source("vllm/model_executor/models/llama_eagle3.py", 82, 82,
-                                        "qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size"),
         # LoRA adapter slots (planner/lora.py): allowed ranks, the slots per layer and how TP shards them.
         "lora:max_ranks": Source("vllm/config/lora.py", 27, 27, "MaxLoRARanks = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]"),
         "lora:dtype_auto": Source("vllm/config/lora.py", 158, 158, "self.lora_dtype = model_config.dtype"),
-        "lora:fully_sharded_rank": Source("vllm/lora/layers/base_linear.py", 119, 119,
-                                          "else divide(lora_config.max_lora_rank, self.tp_size)"),
-        "lora:row_input_shard": Source("vllm/lora/layers/row_parallel_linear.py", 27, 27,
-                                       "self.input_size = self.base_layer.input_size_per_partition"),
         "lora:spec_batch_refused": Source("vllm/engine/arg_utils.py", 2722, 2722,
                                           "Consider increasing max_num_batched_tokens or "),
         # ROCm (AMD Instinct, planning only: planner/hardware.py ROCM_*, inputs.py vendor/gfx, precision.py).
@@ -213,7 +139,6 @@ RELEASE = Release(
         "rocm:attention_first": Source("vllm/platforms/rocm.py", 557, 557,
                                        "backends.append(AttentionBackendEnum.ROCM_ATTN)"),
         "rocm:mla_without_aiter": Source("vllm/platforms/rocm.py", 550, 550, "AttentionBackendEnum.TRITON_MLA,"),
-        "rocm:aiter_off_by_default": Source("vllm/envs.py", 138, 138, "VLLM_ROCM_USE_AITER: bool = False"),
         "rocm:fp8_kv_dtypes": Source("vllm/v1/attention/backends/rocm_attn.py", 148, 149,
                                      '"fp8_e4m3",'),
         "rocm:custom_allreduce_mi300": Source("vllm/platforms/rocm.py", 1273, 1273,
@@ -221,7 +146,6 @@ RELEASE = Release(
         # Memory: the budget is the same (torch total x gpu_memory_utilization); ROCm differs in two places only.
         "rocm:profiling_fallback": Source("vllm/v1/worker/gpu_worker.py", 140, 140,
                                           "if profile_result.total_consumed >= 0 or not current_platform.is_rocm():"),
-        "rocm:kv_buffer_page_pad": Source("vllm/v1/worker/utils.py", 592, 592, "page_size = 4096"),
     },
     archive=Archive("vllm-0.33.0.tar.gz", 47_101_396,
                     "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"),
