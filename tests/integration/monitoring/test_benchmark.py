@@ -186,26 +186,28 @@ def _baseline_then_no_regression_then_slowed_flagged(vllm_server: Any, slowed_se
     # unchanged server several-fold, so the slowed server measured in a quieter minute matched it. Idle, the slowed
     # server is -77 % output tok/s and +827 % P50 TTFT at concurrency 16. So each attempt first re-measures the
     # baseline (benchmark_update_baseline, the operator's way to accept a new normal) and measures the slowed server
-    # right after it, under the same load; it must be flagged in one of three such pairs.
-    slowed = None
-    for _attempt in range(3):
+    # right after it, under the same load; it must be flagged at concurrency 16 in one of four such pairs. One request
+    # at a time at concurrency 16: the requests queue, so the first token waits (TTFT rises) and, on a machine with
+    # cores to spare, output throughput collapses; either finding at concurrency 16 is the regression. Seen in CI: a
+    # re-measured baseline as slow at concurrency 16 as the slowed server (P50 TTFT 535 vs 533 ms), flagged only by a
+    # noisy P50 TTFT at concurrency 1, which max_num_seqs 1 does not change: such a pair is measured again.
+    expected = {(16, "output_throughput"), (16, "p50_ttft_ms"), (16, "p99_ttft_ms")}
+    slowed, run3, caught = None, None, set()
+    for _attempt in range(4):
         rebase = _run_playbook(tmp_path, vllm_server.port, library, benchmark_update_baseline=True)
         assert rebase.returncode == 0, rebase.stdout[-3000:] + rebase.stderr[-3000:]
         assert json.loads((key_dir / "baseline.json").read_text())["run_id"] == _runs(library)[-1]["run_id"]
         slowed = _run_playbook(tmp_path, slowed_server.port, library, benchmark_fail_on_regression=True)
-        if slowed.returncode != 0:
+        run3 = _runs(library)[-1]
+        caught = {(f["concurrency"], f["metric"]) for f in run3["comparison"]["regressions"]} & expected
+        if slowed.returncode != 0 and caught:
             break
-    assert slowed is not None and slowed.returncode != 0, (
-        "the slowed configuration was not flagged in 3 attempts: "
-        + json.dumps(_runs(library)[-1]["comparison"]["findings"], indent=1)
+    assert slowed is not None and run3 is not None
+    assert slowed.returncode != 0 and caught, (
+        "the slowed configuration was not flagged at concurrency 16 in 4 attempts: "
+        + json.dumps(run3["comparison"]["findings"], indent=1)
     )
     assert "Benchmark regression on bench-host" in slowed.stdout
-    run3 = _runs(library)[-1]
-    # One request at a time at concurrency 16: the requests queue, so the first token waits (TTFT rises) and, on a
-    # machine with cores to spare, output throughput collapses. Either finding at concurrency 16 is the regression.
-    flagged = {(f["concurrency"], f["metric"]) for f in run3["comparison"]["regressions"]}
-    caught = flagged & {(16, "output_throughput"), (16, "p50_ttft_ms"), (16, "p99_ttft_ms")}
-    assert caught, json.dumps(run3["comparison"]["findings"], indent=1)
     for finding in run3["comparison"]["findings"]:
         if finding["concurrency"] == 16 and (16, finding["metric"]) in caught:
             print(f"\nbenchmark c16 {finding['label']}: baseline {finding['baseline']:.1f}, slowed "
