@@ -77,6 +77,7 @@ class Quantization:
     module_rules: tuple[ModuleRule, ...] = ()
     unmatched_unquantized: bool = False  # a module no ``module_rules`` entry matches keeps the checkpoint dtype
     lm_head_quantized: bool = False  # AWQ / GPTQ ``"lm_head": true``: the output projection is quantized too
+    bitless_keys: tuple[str, ...] = ()  # AutoRound ``extra_config`` keys without ``bits`` (default bits, lm_head 16)
     source: str = "config.json quantization_config"
     why: str = ""  # one line: the format, its bits per weight and where they come from
 
@@ -177,8 +178,8 @@ def lm_head_bytes(q: Quantization, dense_bytes: float) -> float:
       quant:gptq_lm_head_flag);
     - compressed-tensors: when a target names it (exact or ``re:``) and ``ignore`` does not; a class target such as
       ``Linear`` does not reach it (compressed_tensors.py:186, quant:ct_lm_head);
-    - AutoRound (``inc``): when ``extra_config`` or ``block_name_to_quantize`` names it; otherwise unquantized
-      (inc/config_parser.py:171, quant:inc_lm_head);
+    - AutoRound (``inc``): when ``extra_config`` names it with ``bits`` below 16, or ``block_name_to_quantize``
+      does; otherwise unquantized (inc/config_parser.py:171, quant:inc_lm_head);
     - FP8, MXFP4, Quark: never (they build linear layers and experts only; fp8.py:180, quant:fp8_linear_only).
     """
     names = ("lm_head",)
@@ -193,7 +194,10 @@ def lm_head_bytes(q: Quantization, dense_bytes: float) -> float:
         kinds = ("ct-name",) if q.method == "compressed-tensors" else ("inc-key", "inc-regex", "prefix")
         for kind, pattern, value in q.module_rules:
             if kind in kinds and _rule_matches(kind, pattern, names):
-                return dense_bytes if value == UNQUANTIZED else value
+                # inc reads an entry without "bits" for the head as 16 bits (config_parser.py get_config, quantized
+                # False: the head is not quantized by default)
+                bitless = kind != "prefix" and pattern in q.bitless_keys
+                return dense_bytes if value == UNQUANTIZED or bitless else value
     return dense_bytes
 
 
@@ -464,9 +468,10 @@ def _auto_round(q: dict[str, Any]) -> Quantization:
     if blocks:
         why += f"; only modules under {', '.join(map(str, blocks[:3]))}{' ...' if len(blocks) > 3 else ''}"
     ignore = tuple(str(p) for p in (q.get("modules_to_not_convert") or []))
+    bitless = tuple(str(k) for k, cfg in extra.items() if not (isinstance(cfg, dict) and "bits" in cfg))
     return Quantization("auto-round", float(bits), int(group) if isinstance(group, int) else 0,
                         bytes_per_weight=value, ignore=ignore, module_rules=tuple(rules),
-                        unmatched_unquantized=bool(blocks), why=why)
+                        unmatched_unquantized=bool(blocks), bitless_keys=bitless, why=why)
 
 
 def parse_quantization(q: Any, where: str = "config.json") -> Quantization:

@@ -348,6 +348,9 @@ def test_mixed_precision_quantizes_the_lm_head_its_quantized_layers_name() -> No
     ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "data_type": "int"}, 2.0),
     ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "data_type": "int",
       "extra_config": {"lm_head": {"bits": 8, "group_size": 128}}}, 1 + (2 + 1) / 128),
+    # an entry without "bits" leaves the head at 16 (get_config with quantized False), a decoder layer at the default
+    ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "data_type": "int",
+      "extra_config": {"lm_head": {"group_size": 64}}}, 2.0),
 ])  # fmt: skip
 def test_each_format_quantizes_the_lm_head_as_vllm_builds_it(
     quantization_config: dict[str, Any], expected: float
