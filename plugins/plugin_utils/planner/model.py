@@ -461,25 +461,36 @@ def weights_bytes_per_gpu(spec: ModelSpec, tp: int, pp: int, dense_bytes: int,
     ``expert_shards``: the GPUs routed experts are spread over (default ``tp``; DP x TP under data parallelism,
     :func:`moe_expert_shards`); everything else is split by ``tp`` and whole on every data-parallel rank.
     """
+    return tuple(int(sum(parts.values())) for parts in stage_parts(spec, tp, pp, dense_bytes, quant, expert_shards))
+
+
+def stage_parts(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Quantization | None = None,
+                expert_shards: int | None = None) -> tuple[dict[str, float], ...]:
+    """Weight bytes on one GPU of each pipeline stage, by part (:func:`layer_parts` summed over the stage's layers,
+    then :func:`edge_parts`): what :func:`weights_bytes_per_gpu` totals and ``weight_split`` explains. Layers of the
+    same kind and rates weigh the same, so each is computed once."""
     q = quant or spec.quantization
-    cache: dict[tuple[str, bool, tuple[float, ...]], float] = {}
-    per_layer: list[float] = []
+    cache: dict[tuple[str, bool, tuple[float, ...]], dict[str, float]] = {}
+    per_layer: list[dict[str, float]] = []
     for layer, kind in enumerate(spec.layer_kinds):
         moe_layer = spec.is_moe and layer >= spec.dense_layers
         rates = layer_module_bytes(spec, q, layer, kind, float(dense_bytes))
         key = (kind, moe_layer, rates)
         if key not in cache:
-            cache[key] = _layer_bytes(spec, tp, kind, layer, moe_layer, rates, dense_bytes, expert_shards)
+            cache[key] = layer_parts(spec, tp, kind, layer, moe_layer, rates, dense_bytes, expert_shards)
         per_layer.append(cache[key])
     counts = stage_layers(spec.num_layers, pp)
-    result: list[int] = []
+    stages: list[dict[str, float]] = []
     start = 0
     for s, count in enumerate(counts):
-        total = sum(per_layer[start:start + count])
-        total += sum(edge_parts(spec, tp, pp, s, len(counts), dense_bytes, q).values())
-        result.append(int(total))
+        parts: dict[str, float] = {}
+        for one_layer in per_layer[start:start + count]:
+            for name, value in one_layer.items():
+                parts[name] = parts.get(name, 0.0) + value
+        parts.update(edge_parts(spec, tp, pp, s, len(counts), dense_bytes, q))
+        stages.append(parts)
         start += count
-    return tuple(result)
+    return tuple(stages)
 
 
 def edge_parts(spec: ModelSpec, tp: int, pp: int, stage: int, stages: int, dense_bytes: int,

@@ -281,7 +281,7 @@ def _int_group(q: dict[str, Any], method: str) -> Quantization:
     extra = "; desc_act: + one int32 group index per input row" if q.get("desc_act") else ""
     ignore = tuple(str(p) for p in (q.get("modules_to_not_convert") or []))
     return Quantization(method, float(bits), max(group, 0), bytes_per_weight=value, ignore=ignore,
-                        lm_head_quantized=bool(q.get("lm_head", False)) and method in ("awq", "gptq"),
+                        lm_head_quantized=bool(q.get("lm_head", False)),
                         why=f"{_LABELS.get(method, method)} {bits}-bit + fp16 scale{' and packed zero' if zero else ''} "
                         f"{per} = {8 * value:.3g} bits/weight{extra}")
 

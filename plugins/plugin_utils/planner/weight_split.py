@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from .hardware import GIB
-from .model import ModelSpec, edge_parts, layer_module_bytes, layer_parts, stage_layers
+from .model import ModelSpec, stage_layers, stage_parts
 from .quant_formats import Quantization, lm_head_bytes
 from .releases import Source
 from .rules import VERIFIED
@@ -88,22 +88,10 @@ def weight_split(spec: ModelSpec, tp: int, pp: int, dense_bytes: int, quant: Qua
     q = quant or spec.quantization
     counts = stage_layers(spec.num_layers, pp)
     best: tuple[float, int, dict[str, float]] | None = None
-    start = 0
-    for s, count in enumerate(counts):
-        parts = {"attention": 0.0, "dense_mlp": 0.0, "routed_experts": 0.0, "shared_experts": 0.0, "routers": 0.0,
-                 "norms": 0.0}
-        for layer in range(start, start + count):  # the parts model.weights_bytes_per_gpu sums
-            kind = spec.layer_kinds[layer]
-            moe_layer = spec.is_moe and layer >= spec.dense_layers
-            rates = layer_module_bytes(spec, q, layer, kind, float(dense_bytes))
-            for name, value in layer_parts(spec, tp, kind, layer, moe_layer, rates, dense_bytes,
-                                           expert_shards).items():
-                parts[name] += value
-        parts.update(edge_parts(spec, tp, pp, s, len(counts), dense_bytes, q))
+    for s, parts in enumerate(stage_parts(spec, tp, pp, dense_bytes, q, expert_shards)):
         total = sum(parts.values())
         if best is None or total > best[0]:
             best = (total, s, parts)
-        start += count
     if best is None:
         raise AssertionError("no pipeline stage")
     _total, stage, parts = best
